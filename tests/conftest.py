@@ -1,0 +1,29 @@
+"""Fixtures shared by every test: paths to the repository, the shared data and the seed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TOKENWATT_SHARED", REPO.parent / "shared")).resolve()
+SEED = SHARED / "seeds" / "000_0589a44b1fa57eff.json"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not SHARED.is_dir():
+        pytest.fail(f"shared data not found at {SHARED} (set TOKENWATT_SHARED)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def seed_path(shared: Path) -> Path:
+    return SEED

@@ -1,0 +1,106 @@
+"""Atomic writes, secrets kept out of files, and spec path resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests import factories
+from tokenwatt import store
+from tokenwatt.errors import InputError, SpecError
+
+
+def test_save_and_load_run_round_trip(tmp_path):
+    run = factories.run()
+    path = tmp_path / "runs" / "a.json"
+    store.save_run(run, path)
+    assert store.load_run(path) == run
+    assert [p.name for p in path.parent.iterdir()] == ["a.json"]
+
+
+def test_infinite_latency_survives_json(tmp_path):
+    probe = factories.probe(ttft_ms=factories.stats(float("inf")), slo_pass=False)
+    run = factories.run(probes=[probe])
+    path = tmp_path / "a.json"
+    store.save_run(run, path)
+    text = path.read_text()
+    assert '"p99": "Infinity"' in text
+    assert store.load_run(path).probes[0].ttft_ms.p99 == float("inf")
+
+
+def test_a_crash_mid_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "a.json"
+    path.write_text('{"old": true}')
+
+    def boom(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(KeyboardInterrupt):
+        store.save_run(factories.run(), path)
+    assert json.loads(path.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_a_secret_value_is_never_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("TW_TEST_KEY", "sk-very-secret-123")
+    spec = factories.spec(
+        engine={
+            "model": "m",
+            "api_key_env": "TW_TEST_KEY",
+            "extra_body": {"oops": "sk-very-secret-123"},
+        }
+    )
+    path = tmp_path / "a.json"
+    with pytest.raises(InputError, match=r"\$TW_TEST_KEY") as info:
+        store.save_run(factories.run(spec=spec), path)
+    assert "sk-very-secret-123" not in str(info.value)
+    assert not path.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_name_of_a_secret_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("TW_TEST_KEY", "sk-very-secret-123")
+    spec = factories.spec(engine={"model": "m", "api_key_env": "TW_TEST_KEY"})
+    path = tmp_path / "a.json"
+    store.save_run(factories.run(spec=spec), path)
+    text = path.read_text()
+    assert "TW_TEST_KEY" in text
+    assert "sk-very-secret-123" not in text
+
+
+def test_unwritable_folder_is_an_input_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(InputError, match="cannot write"):
+        store.save_run(factories.run(), blocker / "a.json")
+
+
+def test_bare_spec_name_is_found_in_specs(tmp_path, monkeypatch, repo):
+    monkeypatch.chdir(repo)
+    found = store.resolve_spec_path("lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml")
+    assert found.as_posix() == "specs/lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match="not found"):
+        store.resolve_spec_path("lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml")
+
+
+def test_relative_paths_resolve_from_the_spec_folder_then_cwd(tmp_path, monkeypatch):
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "a.txt").write_text("x")
+    (tmp_path / "b.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    spec_path = spec_dir / "s.yaml"
+    assert store.resolve_relative(spec_path, "a.txt") == spec_dir / "a.txt"
+    assert store.resolve_relative(spec_path, "b.txt").resolve() == tmp_path / "b.txt"
+    assert store.resolve_relative(spec_path, "c.txt") == spec_dir / "c.txt"
+    assert store.resolve_relative(spec_path, "/abs/c.txt").as_posix() == "/abs/c.txt"
+
+
+def test_filled_marks_defaults_as_set():
+    spec = factories.spec()
+    assert "sweep" not in spec.model_dump(exclude_unset=True)
+    assert "sweep" in store.filled(spec).model_dump(exclude_unset=True)

@@ -1,0 +1,217 @@
+"""The publishing policy: minimums every configuration must meet for a result to be published.
+
+The policy is recomputed from the numbers a file carries, never trusted from its ``status``
+field: the seed is marked "published" but was measured with 120 s windows, 2 repeats and 50
+questions, so it fails here. The table :data:`POLICY` is the one place the minimums live; the
+methodology page and ``tokenwatt validate --publish`` both read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tokenwatt.schema.result import ResultFile
+from tokenwatt.schema.run import RunFile
+from tokenwatt.schema.spec import Spec
+
+__all__ = [
+    "FLAG_RULES",
+    "POLICY",
+    "Measured",
+    "PolicyRule",
+    "Violation",
+    "check_measured",
+    "check_result",
+    "check_run",
+    "check_spec",
+    "describe",
+    "measured_of_result",
+]
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One minimum of the publishing policy."""
+
+    name: str
+    what: str
+    minimum: float
+    unit: str
+
+
+POLICY: tuple[PolicyRule, ...] = (
+    PolicyRule("window_s", "measurement window of each confirmation repeat", 300, "s"),
+    PolicyRule("warmup_s", "warm-up before each window", 60, "s"),
+    PolicyRule("repeats", "confirmation repeats at the found rate", 3, ""),
+    PolicyRule("accuracy_questions", "accuracy questions per seed", 200, ""),
+)
+"""The minimums (DESIGN.md, "Quick mode and publishing")."""
+
+# Rules without a number: each names a condition that makes a configuration unpublishable,
+# as (what the violation says, what the policy requires).
+FLAG_RULES: dict[str, tuple[str, str]] = {
+    "quick": ("measured in quick mode (validation only)", "not measured in quick mode"),
+    "simulated": (
+        "measured against the embedded simulator, not real hardware",
+        "measured on real hardware, not the simulator",
+    ),
+    "incomplete": ("the run was interrupted or aborted", "every run complete"),
+    "no_accuracy": ("accuracy was not measured", "accuracy measured"),
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one configuration was measured with: the inputs of the policy."""
+
+    subject: str
+    window_s: float
+    warmup_s: float
+    repeats: int
+    accuracy_questions: int | None
+    quick: bool = False
+    simulated: bool = False
+    complete: bool = True
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One rule broken by one or more configurations."""
+
+    rule: str
+    message: str
+    subjects: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.message} ({', '.join(self.subjects)})"
+
+
+def _fmt(value: float, unit: str) -> str:
+    text = f"{value:g}"
+    return f"{text} {unit}" if unit else text
+
+
+def check_measured(items: Iterable[Measured]) -> list[Violation]:
+    """Apply :data:`POLICY` and the flag rules to each configuration; one violation per rule."""
+    broken: dict[str, tuple[str, list[str]]] = {}
+
+    def add(rule: str, message: str, subject: str) -> None:
+        # The first subject's figure is quoted; later subjects that break the rule are listed.
+        entry = broken.setdefault(rule, (message, []))
+        entry[1].append(subject)
+
+    for item in items:
+        for rule in POLICY:
+            value = getattr(item, rule.name)
+            if value is None:
+                if rule.name == "accuracy_questions":
+                    add("no_accuracy", FLAG_RULES["no_accuracy"][0], item.subject)
+                continue
+            if value < rule.minimum:
+                add(
+                    rule.name,
+                    f"{rule.what} is {_fmt(value, rule.unit)}, the minimum is"
+                    f" {_fmt(rule.minimum, rule.unit)}",
+                    item.subject,
+                )
+        for flag, present in (
+            ("quick", item.quick),
+            ("simulated", item.simulated),
+            ("incomplete", not item.complete),
+        ):
+            if present:
+                add(flag, FLAG_RULES[flag][0], item.subject)
+    return [Violation(rule, msg, tuple(subjects)) for rule, (msg, subjects) in broken.items()]
+
+
+def measured_of_result(result: ResultFile) -> list[Measured]:
+    """The policy inputs of each config of a result, from its recorded measurement settings.
+
+    A config without a ``measurement`` block (the seed's form) is judged by the result's spec
+    and its own ``repeats``.
+    """
+    spec = result.spec
+    out: list[Measured] = []
+    for config in result.configs:
+        subject = f"{config.key} '{config.label}'"
+        m = config.measurement
+        if m is not None:
+            out.append(
+                Measured(
+                    subject=subject,
+                    window_s=m.window_s,
+                    warmup_s=m.warmup_s,
+                    repeats=min(m.repeats, config.repeats),
+                    accuracy_questions=m.accuracy_questions,
+                    quick=m.quick,
+                    simulated=m.simulated or bool(result.simulated),
+                    complete=m.complete,
+                )
+            )
+        else:
+            questions = spec.accuracy.limit if spec.accuracy is not None else None
+            if config.accuracy is None or config.accuracy.score is None:
+                questions = None
+            out.append(
+                Measured(
+                    subject=subject,
+                    window_s=spec.measurement.window_s,
+                    warmup_s=spec.measurement.warmup_s,
+                    repeats=config.repeats,
+                    accuracy_questions=questions,
+                    simulated=bool(result.simulated),
+                )
+            )
+    return out
+
+
+def check_result(result: ResultFile) -> list[Violation]:
+    """Every rule the result breaks; empty means publishable."""
+    return check_measured(measured_of_result(result))
+
+
+def check_run(run: RunFile) -> list[Violation]:
+    """Every rule a run breaks, from the durations it actually used."""
+    eff = run.effective
+    questions = run.accuracy.limit if run.accuracy is not None else None
+    return check_measured(
+        [
+            Measured(
+                subject=run.label,
+                window_s=eff.window_s,
+                warmup_s=eff.warmup_s,
+                repeats=eff.repeats,
+                accuracy_questions=questions,
+                quick=run.quick,
+                simulated=run.simulated,
+                complete=run.complete,
+            )
+        ]
+    )
+
+
+def check_spec(spec: Spec) -> list[Violation]:
+    """Every rule a run of this spec (not in quick mode) would break."""
+    m = spec.measurement
+    return check_measured(
+        [
+            Measured(
+                subject=spec.name,
+                window_s=m.window_s,
+                warmup_s=m.warmup_s,
+                repeats=m.repeats,
+                accuracy_questions=spec.accuracy.limit if spec.accuracy is not None else None,
+                simulated=spec.engine.endpoint == "sim",
+            )
+        ]
+    )
+
+
+def describe() -> list[dict[str, str]]:
+    """The policy as rows for the methodology page: rule, requirement."""
+    rows = [
+        {"rule": r.name, "requirement": f"{r.what} ≥ {_fmt(r.minimum, r.unit)}"} for r in POLICY
+    ]
+    rows += [{"rule": name, "requirement": need} for name, (_, need) in FLAG_RULES.items()]
+    return rows

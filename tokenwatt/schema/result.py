@@ -1,0 +1,268 @@
+"""The result: one comparison of configurations, as ``tokenwatt report`` writes it.
+
+The schema is the published seed's, exactly: loading the seed and dumping it (``exclude_unset``)
+gives the same JSON values. Everything after the seed's fields is an optional addition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.spec import Spec
+
+__all__ = [
+    "ConfigAccuracy",
+    "ConfigMeasurement",
+    "ConfigResult",
+    "Fleet",
+    "PowerTracePoint",
+    "PowerTraceSummary",
+    "ProbePoint",
+    "ResultAccuracy",
+    "ResultFile",
+    "ResultHardware",
+    "ResultModel",
+    "ResultPower",
+    "ResultSlo",
+    "ResultSoftware",
+    "ResultWorkload",
+    "Verdict",
+]
+
+NonNeg = Annotated[float, Field(ge=0)]
+
+
+class ResultHardware(StrictModel):
+    """The box the runs were made on."""
+
+    vendor: str = Field(description="Accelerator vendor")
+    accelerator: str = Field(description="Accelerator name as the driver reports it")
+    count: Annotated[int, Field(ge=0)] = Field(description="Accelerators in use")
+    rated_bw_tbs_per_gpu: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Rated memory bandwidth per GPU, TB/s"
+    )
+    driver: str | None = Field(default=None, description="Driver version")
+    host: str | None = Field(default=None, description="Host or provider")
+
+
+class ResultSoftware(StrictModel):
+    """The serving engine."""
+
+    engine: str
+    engine_version: str | None = None
+    kernels: str | None = None
+
+
+class ResultModel(StrictModel):
+    """The model served."""
+
+    name: str
+    shape: str = Field(description="Dense or MoE")
+    quantization: str = Field(description="Weights and KV cache storage")
+    parallelism: str = Field(description="Replicas and tensor parallelism")
+
+
+class ResultSlo(StrictModel):
+    """The latency objective."""
+
+    ttft_p99_ms: Annotated[float, Field(gt=0)]
+    tpot_p99_ms: Annotated[float, Field(gt=0)]
+
+
+class ResultWorkload(StrictModel):
+    """The workload, in words for the page."""
+
+    trace: str
+    input_tokens: str
+    output_tokens: str
+    arrival: str
+
+
+class ResultPower(StrictModel):
+    """How power was measured."""
+
+    source: str = Field(description="In words, e.g. 'GPU board power sum (NVIDIA)'")
+    kind: PowerSourceName
+    sampling_hz: Annotated[Num, Field(gt=0)] | None = None
+    window: str = Field(description="Which samples count, in words")
+
+
+class ResultAccuracy(StrictModel):
+    """The accuracy suite and gate."""
+
+    suite: str
+    threshold_pts: Annotated[float, Field(ge=0)]
+
+
+class Fleet(StrictModel):
+    """A projection of a per-card difference onto a fleet."""
+
+    cards: Annotated[int, Field(ge=1)]
+    goodput_delta_tok_s: float | None = Field(default=None, description="tuned - baseline, x cards")
+    power_delta_kw: float | None = Field(default=None, description="tuned - baseline, x cards")
+    energy_delta_kwh_per_year: float | None = Field(
+        default=None, description="power_delta_kw x 8,760 h"
+    )
+
+
+class ConfigAccuracy(StrictModel):
+    """Accuracy of one configuration."""
+
+    score: Annotated[float, Field(ge=0, le=100)] | None = Field(description="% correct")
+    delta_pts: float | None = Field(description="score - baseline score, points")
+    spread_pts: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        description="max - min over seeds"
+    )
+    per_seed: list[float] | None = None
+    answered: Annotated[int, Field(ge=0)] | None = None
+    failed: Annotated[int, Field(ge=0)] | None = None
+    questions: Annotated[int, Field(ge=0)] | None = None
+    gate_pass: bool | None = Field(default=None, description="delta_pts >= -max_drop_pts")
+    meaningful: bool | None = Field(
+        default=None, description="False against the simulator: not a model's answers"
+    )
+
+
+class ConfigMeasurement(StrictModel):
+    """Durations a configuration was actually measured with (the policy checks these)."""
+
+    warmup_s: NonNeg
+    window_s: Annotated[float, Field(gt=0)]
+    repeats: Annotated[int, Field(ge=1)]
+    accuracy_questions: Annotated[int, Field(ge=0)] | None = None
+    quick: bool = False
+    simulated: bool = False
+    complete: bool = True
+
+
+class ProbePoint(StrictModel):
+    """One probe of the sweep, for the latency-versus-rate chart."""
+
+    phase: str
+    rate_rps: Annotated[float, Field(gt=0)]
+    window_s: Annotated[float, Field(gt=0)]
+    ttft_p50_ms: NonNeg | None = None
+    ttft_p99_ms: NonNeg | None = Field(default=None, description="null = unbounded (failures)")
+    tpot_p50_ms: NonNeg | None = None
+    tpot_p99_ms: NonNeg | None = Field(default=None, description="null = unbounded (failures)")
+    goodput_tok_s: NonNeg
+    failed: Annotated[int, Field(ge=0)] = 0
+    slo_pass: bool
+    client_bound: bool = False
+    send_lag_p99_ms: float | None = None
+
+
+class PowerTracePoint(StrictModel):
+    """A power reading, seconds from the run's first sample."""
+
+    t_s: NonNeg
+    watts: NonNeg
+
+
+class PowerTraceSummary(StrictModel):
+    """The power trace, reduced for the page."""
+
+    samples: Annotated[int, Field(ge=0)]
+    min_w: NonNeg | None = None
+    mean_w: NonNeg | None = None
+    max_w: NonNeg | None = None
+    gaps: Annotated[int, Field(ge=0)] = 0
+    max_gap_fraction: NonNeg | None = None
+    points: list[PowerTracePoint] = Field(default_factory=list)
+
+
+class ConfigResult(StrictModel):
+    """One configuration's figures."""
+
+    key: Role
+    label: str
+    engine: str
+    mbu_pct: NonNeg | None
+    node_power_kw: NonNeg | None
+    goodput_tok_s: NonNeg
+    ttft_p99_ms: NonNeg | None
+    tpot_p99_ms: NonNeg | None
+    slo_pass_count: Annotated[int, Field(ge=0)]
+    repeats: Annotated[int, Field(ge=0)]
+    throttle_counts: dict[str, Annotated[int, Field(ge=0)]]
+    accuracy: ConfigAccuracy | None
+    # Optional additions (absent in the seed).
+    confirmed_rate_rps: NonNeg | None = None
+    repeat_goodputs_tok_s: list[NonNeg] | None = None
+    goodput_delta_pct: float | None = Field(default=None, description="vs baseline, %")
+    tokens_per_joule: NonNeg | None = None
+    energy_j: NonNeg | None = None
+    energy_method: Literal["counter", "integral"] | None = None
+    power_trace: PowerTraceSummary | None = None
+    probes: list[ProbePoint] | None = None
+    probe_seconds: NonNeg | None = None
+    measurement: ConfigMeasurement | None = None
+    mbu_bytes_per_step: NonNeg | None = None
+    mbu_batch_mean: NonNeg | None = None
+    run_file: str | None = Field(default=None, description="The run file this config came from")
+
+    @model_validator(mode="after")
+    def _passes_within_repeats(self) -> ConfigResult:
+        if self.slo_pass_count > self.repeats:
+            raise ValueError(
+                f"slo_pass_count ({self.slo_pass_count}) exceeds repeats ({self.repeats})"
+            )
+        return self
+
+
+class Verdict(StrictModel):
+    """The comparison's conclusion, written by the code from the numbers."""
+
+    outcome: Literal["better", "worse", "no_difference", "gate_failed", "not_compared"]
+    change_pct: float | None = Field(default=None, description="tuned vs baseline goodput, %")
+    band_pct: NonNeg | None = None
+    text: str
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    ci_method: str | None = None
+    p_value: Annotated[float, Field(ge=0, le=1)] | None = None
+    test: str | None = None
+
+
+class ResultFile(StrictModel):
+    """A whole result file (results/<id>.json)."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=200)
+    status: Literal["draft", "published"]
+    title: str = Field(min_length=1)
+    published: dt.date | None = Field(description="Date of the measurement (YYYY-MM-DD)")
+    summary: str
+    hardware: ResultHardware
+    software: ResultSoftware
+    model: ResultModel
+    slo: ResultSlo
+    workload: ResultWorkload
+    power: ResultPower
+    accuracy: ResultAccuracy | None
+    runs: Annotated[int, Field(ge=0)] = Field(description="Confirmation repeats per config")
+    variance_band_pct: NonNeg | None
+    fleet: Fleet | None
+    configs: list[ConfigResult] = Field(min_length=1)
+    not_covered: list[str]
+    reproduce: str
+    spec: Spec
+    # Optional additions (absent in the seed).
+    schema_version: Literal[1] | None = None
+    simulated: bool | None = Field(default=None, description="Made against the simulator")
+    verdict: Verdict | None = None
+    mismatches: list[str] | None = Field(
+        default=None, description="Differences accepted with --allow-mismatch"
+    )
+    tokenwatt_version: str | None = None
+    created_utc: dt.datetime | None = None
+
+    @model_validator(mode="after")
+    def _one_baseline(self) -> ResultFile:
+        baselines = [c for c in self.configs if c.key == "baseline"]
+        if len(baselines) > 1:
+            raise ValueError("more than one config has key 'baseline'")
+        return self

@@ -1,0 +1,350 @@
+"""The run file: one configuration measured by ``tokenwatt measure``, with its raw evidence.
+
+A run file is designed so that every figure of a result can be recomputed from it: each probe
+keeps its window requests (one column per quantity), each power sample its monotonic timestamp
+(the load generator's clock, so samples can be cut to measurement windows), and accuracy keeps
+every completion with its extracted answer.
+
+Latency statistics may be infinite (DESIGN.md: a failed request counts as +inf latency); JSON has
+no infinity, so those fields are written as the string ``"Infinity"`` and read back as ``inf``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.spec import MeasurementSpec, Spec
+
+__all__ = [
+    "AccuracyEvidence",
+    "AccuracyItem",
+    "AccuracySeedScore",
+    "Environment",
+    "GpuInfo",
+    "LatencyStats",
+    "MbuEvidence",
+    "PowerEvidence",
+    "PowerGap",
+    "PowerSample",
+    "ProbePhase",
+    "ProbeRecord",
+    "RequestTable",
+    "RunFile",
+    "RunOutcome",
+]
+
+ProbePhase = Literal["search", "bisect", "confirm", "rates"]
+"""Why a probe ran: search, bisection, confirmation at the found rate, or an explicit rate."""
+
+NonNegFloat = Annotated[float, Field(ge=0)]
+LatencyMs = Annotated[float, Field(ge=0)]
+
+
+class LatencyStats(StrictModel):
+    """Summary of one latency over a probe's window requests, in ms. Failures count as +inf."""
+
+    model_config = ConfigDict(allow_inf_nan=True, ser_json_inf_nan="strings")
+
+    count: Annotated[int, Field(ge=0)] = Field(description="Requests the statistic covers")
+    mean: LatencyMs | None = Field(default=None, description="Mean, ms (inf if any failed)")
+    p50: LatencyMs | None = Field(default=None, description="Median, ms")
+    p90: LatencyMs | None = Field(default=None, description="90th percentile, ms")
+    p95: LatencyMs | None = Field(default=None, description="95th percentile, ms")
+    p99: LatencyMs | None = Field(default=None, description="99th percentile, ms")
+
+    @model_validator(mode="after")
+    def _no_nan(self) -> LatencyStats:
+        for name in ("mean", "p50", "p90", "p95", "p99"):
+            value = getattr(self, name)
+            if value is not None and value != value:
+                raise ValueError(f"{name} is NaN")
+        return self
+
+
+class RequestTable(StrictModel):
+    """The window requests of one probe, one list per quantity (all lists have equal length).
+
+    ``status`` is ``"ok"`` or the failure cause (``http_error``, ``connection_error``,
+    ``malformed_stream``, ``short_output``, ``timeout``, ...). Timing lists hold null for a
+    failed request: percentiles treat it as +inf.
+    """
+
+    t_sched_s: list[float] = Field(description="Scheduled send time, s from the window start")
+    send_lag_ms: list[float] = Field(description="Actual minus scheduled send time, ms")
+    ttft_ms: list[float | None] = Field(description="Time to first token, ms")
+    tpot_ms: list[float | None] = Field(description="Time per output token after the first, ms")
+    e2e_ms: list[float | None] = Field(description="Send to last byte, ms")
+    input_tokens: list[int] = Field(description="Prompt tokens")
+    output_tokens: list[int] = Field(description="Output tokens (server usage, else chunks)")
+    status: list[str] = Field(description="'ok' or the failure cause")
+
+    @model_validator(mode="after")
+    def _equal_lengths(self) -> RequestTable:
+        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"columns have different lengths: {lengths}")
+        return self
+
+
+class ProbeRecord(StrictModel):
+    """One probe: warm-up, measurement window and drain at one arrival rate."""
+
+    index: Annotated[int, Field(ge=0)] = Field(description="Position in the run, from 0")
+    phase: ProbePhase = Field(description="Why this probe ran")
+    rate_rps: Annotated[float, Field(gt=0)] = Field(description="Target arrival rate, req/s")
+    attempt: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="confirm: back-off attempt (0 = the found rate)"
+    )
+    repeat: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="confirm: repeat number at this attempt"
+    )
+    warmup_s: NonNegFloat = Field(description="Warm-up used, s")
+    window_s: Annotated[float, Field(gt=0)] = Field(description="Window used, s")
+    started_utc: datetime = Field(description="Wall-clock start (UTC)")
+    window_start_ns: int = Field(description="Monotonic clock at the window start, ns")
+    window_end_ns: int = Field(description="Monotonic clock at the window end, ns")
+    end_ns: int = Field(description="Monotonic clock when the last window request finished, ns")
+    window_requests: Annotated[int, Field(ge=0)] = Field(
+        description="Requests whose scheduled arrival is inside the window"
+    )
+    ok: Annotated[int, Field(ge=0)] = Field(description="Window requests that succeeded")
+    failed: Annotated[int, Field(ge=0)] = Field(description="Window requests that failed")
+    failures_by_cause: dict[str, int] = Field(default_factory=dict, description="Failures by cause")
+    output_tokens: Annotated[int, Field(ge=0)] = Field(
+        description="Output tokens of the successful window requests"
+    )
+    goodput_tok_s: NonNegFloat = Field(description="output_tokens / window_s, tok/s")
+    achieved_rate_rps: NonNegFloat = Field(description="Window requests actually sent / window_s")
+    send_lag_p99_ms: float = Field(description="p99 of actual minus scheduled send time, ms")
+    slot_wait_s: NonNegFloat = Field(
+        default=0.0, description="Total time window requests waited for a concurrency slot, s"
+    )
+    client_bound: bool = Field(description="The harness, not the server, limited this probe")
+    client_bound_reasons: list[str] = Field(default_factory=list, description="Why, if so")
+    ttft_ms: LatencyStats = Field(description="Time to first token")
+    tpot_ms: LatencyStats = Field(description="Time per output token")
+    itl_ms: LatencyStats = Field(description="Gaps between content chunks")
+    e2e_ms: LatencyStats = Field(description="End-to-end latency")
+    slo_pass: bool = Field(description="p99 TTFT and TPOT within the SLO and not client-bound")
+    workers: Annotated[int, Field(ge=1)] = Field(default=1, description="Load-generator processes")
+    running_batch_mean: NonNegFloat | None = Field(
+        default=None, description="Mean running batch over the window"
+    )
+    batch_source: Literal["metrics", "littles_law"] | None = Field(
+        default=None, description="Where running_batch_mean comes from"
+    )
+    output_length_violations: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="ignore_eos requests whose output differs from max_tokens"
+    )
+    usage_mismatches: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Requests whose usage count differs from their chunk count"
+    )
+    requests: RequestTable | None = Field(default=None, description="The window requests")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProbeRecord:
+        if self.ok + self.failed != self.window_requests:
+            raise ValueError(
+                f"ok ({self.ok}) + failed ({self.failed}) != window_requests"
+                f" ({self.window_requests})"
+            )
+        if not self.window_start_ns <= self.window_end_ns <= self.end_ns:
+            raise ValueError("window_start_ns <= window_end_ns <= end_ns does not hold")
+        if self.requests is not None and len(self.requests.status) != self.window_requests:
+            raise ValueError("requests does not hold exactly the window requests")
+        return self
+
+
+class RunOutcome(StrictModel):
+    """What the sweep found, derived from the probes by the code (recomputable)."""
+
+    confirmed_rate_rps: Annotated[float, Field(gt=0)] | None = Field(
+        description="Rate whose confirmation was accepted; null = none passed"
+    )
+    confirm_probes: list[int] = Field(
+        default_factory=list, description="Indices of the probes of the accepted confirmation"
+    )
+    slo_pass_count: Annotated[int, Field(ge=0)] = Field(description="Repeats that passed")
+    goodput_tok_s: NonNegFloat = Field(description="Mean goodput over the repeats, tok/s")
+    repeat_goodputs_tok_s: list[NonNegFloat] = Field(
+        default_factory=list, description="Goodput of each repeat, tok/s"
+    )
+    ttft_p99_ms: LatencyMs | None = Field(
+        default=None, description="p99 TTFT over the repeats' window requests pooled, ms"
+    )
+    tpot_p99_ms: LatencyMs | None = Field(
+        default=None, description="p99 TPOT over the repeats' window requests pooled, ms"
+    )
+    probe_seconds: NonNegFloat = Field(description="Wall time of all probes, s")
+    search_probe_seconds: NonNegFloat = Field(description="Wall time of search probes, s")
+
+
+class GpuInfo(StrictModel):
+    """One GPU in use, as the inventory read it."""
+
+    index: Annotated[int, Field(ge=0)]
+    name: str
+    uuid: str | None = None
+    memory_total_mib: NonNegFloat | None = None
+    power_limit_w: NonNegFloat | None = None
+    memory_bus_width_bits: Annotated[int, Field(ge=0)] | None = None
+    max_memory_clock_mhz: Annotated[int, Field(ge=0)] | None = None
+
+
+class Environment(StrictModel):
+    """Where and with what the run was made."""
+
+    tokenwatt_version: str
+    git_commit: str | None = None
+    host: str
+    platform: str
+    python: str
+    engine_version: str | None = Field(default=None, description="As the server reported it")
+    engine_version_source: str | None = Field(default=None, description="e.g. GET /version")
+    driver: str | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    spec_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    started_utc: datetime
+    finished_utc: datetime | None = None
+
+
+class PowerSample(StrictModel):
+    """One reading of the power source."""
+
+    t_ns: int = Field(description="Monotonic clock, ns (the load generator's clock)")
+    watts: NonNegFloat = Field(description="Reading: sum over GPUs in use, or the whole node, W")
+    gpu_watts: list[NonNegFloat] | None = Field(default=None, description="Per GPU, W")
+    energy_j: NonNegFloat | None = Field(
+        default=None, description="Energy counter (sum over GPUs), J, where the source has one"
+    )
+    throttle_reasons: list[str] = Field(
+        default_factory=list, description="Active clock-event reasons on any GPU"
+    )
+
+
+class PowerGap(StrictModel):
+    """A stretch with no readings because the source failed."""
+
+    start_ns: int
+    end_ns: int
+    cause: str
+
+
+class PowerEvidence(StrictModel):
+    """Power readings for the whole run and the figures derived over the confirmed windows."""
+
+    source: PowerSourceName
+    description: str = Field(description="e.g. 'GPU board power sum (NVIDIA)'")
+    scope: Literal["board", "node", "none"] = Field(description="GPU boards only, or whole node")
+    sampling_hz: Annotated[Num, Field(gt=0)]
+    samples: list[PowerSample] = Field(default_factory=list)
+    gaps: list[PowerGap] = Field(default_factory=list)
+    power_limit_w: NonNegFloat | None = Field(default=None, description="Enforced limit (sum)")
+    node_power_kw: NonNegFloat | None = Field(
+        default=None, description="Mean power inside the confirmed windows, kW"
+    )
+    energy_j: NonNegFloat | None = Field(
+        default=None, description="Energy inside the confirmed windows, J"
+    )
+    energy_method: Literal["counter", "integral"] | None = None
+    tokens_per_joule: NonNegFloat | None = None
+    throttle_counts: dict[str, int] = Field(
+        default_factory=dict, description="Samples in the confirmed windows with each reason"
+    )
+    max_gap_fraction: NonNegFloat | None = Field(
+        default=None, description="Largest share of a confirmed window without readings"
+    )
+
+
+class MbuEvidence(StrictModel):
+    """Memory-bandwidth utilisation at the confirmed rate, with every input."""
+
+    mbu_pct: NonNegFloat
+    bytes_per_step: NonNegFloat = Field(description="Bytes a decode step reads")
+    weight_bytes_per_step: NonNegFloat = Field(description="Dense + touched expert weights")
+    kv_bytes_per_step: NonNegFloat = Field(description="KV cache of the running contexts")
+    batch_mean: NonNegFloat = Field(description="Mean running batch B")
+    batch_source: Literal["metrics", "littles_law"]
+    steps_per_s: NonNegFloat = Field(description="output tok/s / B")
+    output_tok_s: NonNegFloat
+    rated_bw_tbs: Annotated[float, Field(gt=0)] = Field(description="Rated bandwidth, all GPUs")
+    rated_bw_source: str = Field(description="spec, NVML clocks, or the GPU-name table")
+    assumptions: list[str] = Field(default_factory=list)
+
+
+class AccuracyItem(StrictModel):
+    """One question asked, for audit."""
+
+    seed: int
+    index: Annotated[int, Field(ge=0)] = Field(description="Position in the suite")
+    id: str | None = None
+    gold: str
+    completion: str | None = Field(description="Text returned; null if the request failed")
+    extracted: str | None = Field(description="Answer the scorer extracted")
+    correct: bool
+    error: str | None = None
+
+
+class AccuracySeedScore(StrictModel):
+    """Score of one exemplar draw."""
+
+    seed: int
+    score: Annotated[float, Field(ge=0, le=100)]
+    correct: Annotated[int, Field(ge=0)]
+    answered: Annotated[int, Field(ge=0)]
+    failed: Annotated[int, Field(ge=0)]
+
+
+class AccuracyEvidence(StrictModel):
+    """The accuracy check of this configuration."""
+
+    suite: str
+    name: str
+    scorer: str
+    limit: Annotated[int, Field(ge=0)]
+    shots: Annotated[int, Field(ge=0)]
+    score: Annotated[float, Field(ge=0, le=100)] = Field(description="Mean over seeds, %")
+    spread_pts: Annotated[float, Field(ge=0, le=100)] = Field(description="max - min over seeds")
+    per_seed: list[AccuracySeedScore]
+    items: list[AccuracyItem] = Field(default_factory=list)
+    meaningful: bool = Field(
+        default=True, description="False against the simulator: its answers are not a model's"
+    )
+
+
+class RunFile(StrictModel):
+    """Everything ``tokenwatt measure`` learned about one configuration."""
+
+    kind: Literal["tokenwatt-run"] = "tokenwatt-run"
+    schema_version: Literal[1] = 1
+    label: str = Field(min_length=1)
+    role: Role
+    quick: bool = Field(description="Shortened windows for validation: never publishable")
+    simulated: bool = Field(description="Measured against the embedded simulator")
+    complete: bool = Field(description="False if interrupted or aborted")
+    incomplete_reason: str | None = None
+    command: str = Field(description="The command line that made this run, shell-quoted")
+    spec_path: str = Field(description="The spec path as given on the command line")
+    spec: Spec
+    effective: MeasurementSpec = Field(description="Durations actually used (quick mode shortens)")
+    environment: Environment
+    probes: list[ProbeRecord] = Field(default_factory=list)
+    outcome: RunOutcome | None = None
+    power: PowerEvidence | None = None
+    mbu: MbuEvidence | None = None
+    accuracy: AccuracyEvidence | None = None
+
+    @model_validator(mode="after")
+    def _probe_order(self) -> RunFile:
+        for position, probe in enumerate(self.probes):
+            if probe.index != position:
+                raise ValueError(f"probes[{position}] has index {probe.index}")
+        if self.outcome is not None:
+            for i in self.outcome.confirm_probes:
+                if i >= len(self.probes):
+                    raise ValueError(f"outcome.confirm_probes names probe {i}, which is absent")
+        return self

@@ -1,0 +1,486 @@
+"""The spec: what to measure, as written by the user in ``specs/*.spec.yaml``.
+
+Every section and field of the seed result's ``spec`` block, with the seed's values as defaults.
+Validation checks meaning, not only type: rates are positive, ``growth`` exceeds 1, ``backoff``
+lies in (0, 1), a power source has the fields it needs, secrets are named by environment
+variable and never written.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from tokenwatt.schema.base import (
+    EnvVarName,
+    KvDtype,
+    Num,
+    PowerSourceName,
+    StrictModel,
+    WeightDtype,
+)
+
+__all__ = [
+    "AccuracySpec",
+    "ArrivalSpec",
+    "EngineSpec",
+    "FixedTokens",
+    "GeometryOverrides",
+    "HardwareSpec",
+    "LognormalTokens",
+    "MeasurementSpec",
+    "ModelSpec",
+    "PowerSpec",
+    "SimSpec",
+    "SloSpec",
+    "Spec",
+    "SweepSpec",
+    "TokenCount",
+    "UniformTokens",
+    "WorkloadSpec",
+]
+
+# Upper bounds that no real measurement reaches: they turn typos such as 1e30 into clear errors.
+_MAX_RPS = 1_000_000.0
+_MAX_SECONDS = 7 * 24 * 3600.0
+_MAX_TOKENS = 10_000_000
+
+Seconds = Annotated[Num, Field(ge=0, le=_MAX_SECONDS)]
+PositiveSeconds = Annotated[Num, Field(gt=0, le=_MAX_SECONDS)]
+Rate = Annotated[Num, Field(gt=0, le=_MAX_RPS)]
+Tokens = Annotated[int, Field(ge=1, le=_MAX_TOKENS)]
+
+
+class HardwareSpec(StrictModel):
+    """The box under test. Most of it is read from the machine; what is set here wins."""
+
+    adapter: Literal["nvidia", "amd", "none"] = Field(
+        default="nvidia", description="Accelerator vendor, which picks the inventory reader"
+    )
+    rated_bw_tbs_per_gpu: Annotated[float, Field(gt=0, le=100)] | None = Field(
+        default=None,
+        description="Rated memory bandwidth per GPU in TB/s; null = from the GPU-name table",
+    )
+    gpus: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(
+        default=None, description="Indices (NVML order) of the GPUs in use; null = all visible"
+    )
+    host: str | None = Field(default=None, description="Free-text name of the host or provider")
+
+    @field_validator("gpus")
+    @classmethod
+    def _unique_gpus(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("must list at least one GPU index, or be null for all GPUs")
+            if len(set(value)) != len(value):
+                raise ValueError("lists a GPU index twice")
+        return value
+
+
+class SimSpec(StrictModel):
+    """Settings of the embedded simulator, used when ``engine.endpoint`` is ``sim``."""
+
+    gpu: str = Field(default="h100-sxm", description="GPU preset to simulate (see tokenwatt sim)")
+    max_num_seqs: Annotated[int, Field(ge=1, le=65536)] | None = Field(
+        default=None, description="Most sequences running at once; null = simulator default"
+    )
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=_MAX_TOKENS)] | None = Field(
+        default=None, description="Token budget per step (chunked prefill); null = default"
+    )
+    step_overhead_ms: Annotated[float, Field(ge=0, le=1000)] | None = Field(
+        default=None, description="Fixed time added to every engine step, ms; null = default"
+    )
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None, description="Fraction of GPU memory the engine may use; null = default"
+    )
+    power_limit_w: Annotated[float, Field(gt=0, le=10_000)] | None = Field(
+        default=None, description="Board power limit in W; null = the preset's"
+    )
+
+
+class EngineSpec(StrictModel):
+    """The OpenAI-compatible server under test."""
+
+    endpoint: str = Field(
+        default="http://127.0.0.1:8000/v1",
+        description="Base URL of the OpenAI API (ending in /v1), or 'sim' (embedded simulator)",
+    )
+    name: str = Field(default="vLLM", min_length=1, description="Engine name, e.g. vLLM, SGLang")
+    version: str | None = Field(
+        default=None, description="Expected engine version; checked against the server's own"
+    )
+    kernels: str | None = Field(default=None, description="Free text: image, kernel configs")
+    api: Literal["completions", "chat"] = Field(
+        default="completions", description="Which API the load uses"
+    )
+    model: str = Field(min_length=1, description="Model name as the server serves it")
+    ignore_eos: bool = Field(
+        default=True, description="Ask for exactly max_tokens output tokens (ignore end of text)"
+    )
+    api_key_env: EnvVarName | None = Field(
+        default=None, description="Name of the environment variable that holds the API key"
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra JSON fields merged into every request body"
+    )
+    sim: SimSpec | None = Field(
+        default=None, description="Simulator settings when endpoint is 'sim' (defaults if absent)"
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        if value == "sim":
+            return value
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError(
+                "must be an http(s) URL such as http://127.0.0.1:8000/v1, or 'sim' for the"
+                " embedded simulator"
+            )
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _sim_only_for_sim(self) -> EngineSpec:
+        if self.sim is not None and self.endpoint != "sim":
+            raise ValueError("'sim' settings are only used when endpoint is 'sim'")
+        return self
+
+
+class GeometryOverrides(StrictModel):
+    """Model-geometry values that replace those read from ``config.json`` (all optional)."""
+
+    num_hidden_layers: Annotated[int, Field(ge=1)] | None = None
+    hidden_size: Annotated[int, Field(ge=1)] | None = None
+    intermediate_size: Annotated[int, Field(ge=1)] | None = None
+    num_attention_heads: Annotated[int, Field(ge=1)] | None = None
+    num_key_value_heads: Annotated[int, Field(ge=1)] | None = None
+    head_dim: Annotated[int, Field(ge=1)] | None = None
+    vocab_size: Annotated[int, Field(ge=1)] | None = None
+    num_experts: Annotated[int, Field(ge=0)] | None = None
+    num_experts_per_tok: Annotated[int, Field(ge=0)] | None = None
+    num_shared_experts: Annotated[int, Field(ge=0)] | None = None
+    moe_intermediate_size: Annotated[int, Field(ge=1)] | None = None
+    first_k_dense_replace: Annotated[int, Field(ge=0)] | None = None
+    kv_lora_rank: Annotated[int, Field(ge=1)] | None = None
+    qk_rope_head_dim: Annotated[int, Field(ge=0)] | None = None
+    sliding_window: Annotated[int, Field(ge=1)] | None = None
+    max_position_embeddings: Annotated[int, Field(ge=1)] | None = None
+    tie_word_embeddings: bool | None = None
+
+
+class ModelSpec(StrictModel):
+    """The model being served and how it is stored."""
+
+    name: str = Field(min_length=1, description="Display name of the model")
+    config: str | None = Field(
+        default=None,
+        description="Path to the model's HF config.json (relative paths: from the spec's folder,"
+        " then the current folder); null = geometry from 'geometry' only",
+    )
+    weight_dtype: WeightDtype = Field(default="bf16", description="Storage type of the weights")
+    kv_dtype: KvDtype = Field(default="bf16", description="Storage type of the KV cache")
+    quantization: str = Field(default="", description="Free text about the quantization scheme")
+    replicas: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=1, description="Data-parallel replicas"
+    )
+    tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=1, description="Tensor-parallel degree"
+    )
+    vocab_size: Annotated[int, Field(ge=2, le=_MAX_TOKENS)] = Field(
+        description="Vocabulary size: random token-id prompts are drawn from [0, vocab_size)"
+    )
+    geometry: GeometryOverrides = Field(
+        default_factory=GeometryOverrides, description="Values that override config.json"
+    )
+
+
+class SloSpec(StrictModel):
+    """The latency objective a probe must meet, over its window requests."""
+
+    ttft_p99_ms: Annotated[float, Field(gt=0, le=_MAX_SECONDS * 1000)] = Field(
+        default=2000.0, description="Bound on p99 time to first token, ms"
+    )
+    tpot_p99_ms: Annotated[float, Field(gt=0, le=_MAX_SECONDS * 1000)] = Field(
+        default=50.0, description="Bound on p99 time per output token, ms"
+    )
+
+
+class FixedTokens(StrictModel):
+    """Every request has the same token count."""
+
+    dist: Literal["fixed"] = "fixed"
+    value: Tokens = Field(description="Token count")
+
+
+class UniformTokens(StrictModel):
+    """Token counts drawn uniformly from [min, max]."""
+
+    dist: Literal["uniform"] = "uniform"
+    min: Tokens = Field(description="Smallest count")
+    max: Tokens = Field(description="Largest count")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformTokens:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class LognormalTokens(StrictModel):
+    """Token counts from a log-normal fitted to a median and a 90th percentile, clipped."""
+
+    dist: Literal["lognormal"] = "lognormal"
+    median: Annotated[float, Field(gt=0, le=_MAX_TOKENS)] = Field(description="Median count")
+    p90: Annotated[float, Field(gt=0, le=_MAX_TOKENS)] = Field(description="90th percentile")
+    min: Tokens = Field(default=1, description="Counts below are raised to this")
+    max: Tokens | None = Field(default=None, description="Counts above are cut to this")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalTokens:
+        if self.p90 <= self.median:
+            raise ValueError(f"p90 ({self.p90}) must be larger than the median ({self.median})")
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+TokenCount = Annotated[
+    Tokens | Annotated[FixedTokens | UniformTokens | LognormalTokens, Field(discriminator="dist")],
+    Field(description="A fixed count, or a distribution"),
+]
+
+
+class ArrivalSpec(StrictModel):
+    """How request arrival times are drawn at a target rate."""
+
+    process: Literal["poisson", "gamma", "constant", "trace"] = Field(
+        default="poisson", description="Arrival process"
+    )
+    burstiness: Annotated[float, Field(gt=0, le=1000)] = Field(
+        default=1.0,
+        description="Gamma shape factor: 1 = Poisson, < 1 burstier, > 1 smoother (gamma only)",
+    )
+    rescale: bool = Field(
+        default=True,
+        description="trace only: rescale the trace's own timestamps to the probe's rate",
+    )
+
+    @model_validator(mode="after")
+    def _burstiness_only_for_gamma(self) -> ArrivalSpec:
+        if self.process != "gamma" and self.burstiness != 1.0:
+            raise ValueError("burstiness is only used with process 'gamma'")
+        return self
+
+
+class WorkloadSpec(StrictModel):
+    """Which requests to send: prompt and output lengths, and arrivals."""
+
+    trace: str = Field(
+        default="chat-mix-v1",
+        min_length=1,
+        description="A built-in workload name (chat-mix-v1) or a path to a trace file"
+        " (Azure LLM trace CSV or JSONL)",
+    )
+    input_tokens: TokenCount | None = Field(
+        default=None, description="Overrides the trace's prompt lengths; null = the trace's"
+    )
+    output_tokens: TokenCount | None = Field(
+        default=None, description="Overrides the trace's output lengths; null = the trace's"
+    )
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = Field(
+        default=0, description="Seed of every random draw: same seed, same requests"
+    )
+    arrival: ArrivalSpec = Field(default_factory=ArrivalSpec, description="Arrival process")
+
+
+class MeasurementSpec(StrictModel):
+    """Durations and limits of each probe."""
+
+    warmup_s: Seconds = Field(default=45, description="Warm-up before each window, s")
+    window_s: PositiveSeconds = Field(default=120, description="Confirmation window, s")
+    search_window_s: PositiveSeconds = Field(default=60, description="Search-probe window, s")
+    repeats: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=2, description="Confirmation windows at the found rate"
+    )
+    request_timeout_s: PositiveSeconds = Field(
+        default=300, description="A request not finished after this long has failed, s"
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        default=8192,
+        description="Most requests in flight; waiting for a slot makes a probe client-bound",
+    )
+
+
+class SweepSpec(StrictModel):
+    """How the request rate is searched for the SLO boundary (DESIGN.md, "Sweep")."""
+
+    rates: list[Rate] | None = Field(
+        default=None, description="Explicit rates in req/s, replacing the search; null = search"
+    )
+    start_rps: Rate = Field(default=8.0, description="First search rate, req/s")
+    growth: Annotated[float, Field(gt=1, le=100)] = Field(
+        default=1.25, description="Factor between successive search rates (> 1)"
+    )
+    max_rps: Rate = Field(default=2000, description="Highest rate the search tries, req/s")
+    bisect_steps: Annotated[int, Field(ge=0, le=50)] = Field(
+        default=3, description="Bisections between the last pass and the first fail"
+    )
+    backoff: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.9, description="Factor applied to the rate when a confirmation fails (0 < x < 1)"
+    )
+    max_backoffs: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=4, description="Most back-offs before giving up"
+    )
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, value: list[Num] | None) -> list[Num] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("must list at least one rate, or be null to search")
+            if len(set(value)) != len(value):
+                raise ValueError("lists a rate twice")
+        return value
+
+    @model_validator(mode="after")
+    def _range(self) -> SweepSpec:
+        if self.max_rps < self.start_rps:
+            raise ValueError(f"max_rps ({self.max_rps}) is below start_rps ({self.start_rps})")
+        return self
+
+
+class AccuracySpec(StrictModel):
+    """The accuracy gate (DESIGN.md, "Accuracy")."""
+
+    suite: str = Field(
+        min_length=1,
+        description="JSONL suite of questions (relative: from the spec's folder, then the"
+        " current folder)",
+    )
+    name: str = Field(default="gsm8k-5shot", min_length=1, description="Display name")
+    scorer: Literal["numeric"] = Field(default="numeric", description="How answers are scored")
+    max_drop_pts: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=1.0, description="Largest score drop vs the baseline that still passes, points"
+    )
+    seeds: Annotated[int, Field(ge=1, le=100)] = Field(
+        default=1, description="Exemplar draws; spread_pts = max - min over them"
+    )
+    shots: Annotated[int, Field(ge=0, le=64)] = Field(
+        default=5, description="Few-shot exemplars per prompt"
+    )
+    max_tokens: Annotated[int, Field(ge=1, le=_MAX_TOKENS)] = Field(
+        default=384, description="Most tokens per answer"
+    )
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: ["\n\nQuestion:"], description="Stop strings"
+    )
+    concurrency: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=32, description="Questions in flight"
+    )
+    limit: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        default=50, description="Questions asked (the first N of the suite)"
+    )
+
+
+class PowerSpec(StrictModel):
+    """Where power is read from (DESIGN.md, "Power")."""
+
+    source: PowerSourceName = Field(default="board", description="Power source")
+    sampling_hz: Annotated[Num, Field(gt=0, le=1000)] = Field(
+        default=1, description="Samples per second"
+    )
+    url: str | None = Field(
+        default=None, description="redfish: BMC base URL; prometheus: the /metrics URL"
+    )
+    username: str | None = Field(default=None, description="redfish/ipmi: user name")
+    password_env: EnvVarName | None = Field(
+        default=None, description="redfish/ipmi: name of the environment variable with the password"
+    )
+    verify_tls: bool = Field(default=False, description="redfish: check the BMC's certificate")
+    chassis: str | None = Field(default=None, description="redfish: chassis id; null = discover")
+    host: str | None = Field(default=None, description="ipmi: BMC host[:port]")
+    command: str | None = Field(
+        default=None, description="command: a command that prints watts (a number or JSON)"
+    )
+    field: str | None = Field(
+        default=None,
+        description="command: JSON key path (a.b.0.c) or a regex whose first group is the watts",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError("must be an http(s) URL")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_for_source(self) -> PowerSpec:
+        needs: dict[str, tuple[str, ...]] = {
+            "board": (),
+            "none": (),
+            "redfish": ("url",),
+            "prometheus": (),  # url checked in Spec: against the simulator it may be omitted
+            "ipmi": ("host",),
+            "command": ("command",),
+        }
+        used_by: dict[str, tuple[str, ...]] = {
+            "url": ("redfish", "prometheus"),
+            "username": ("redfish", "ipmi"),
+            "password_env": ("redfish", "ipmi"),
+            "chassis": ("redfish",),
+            "host": ("ipmi",),
+            "command": ("command",),
+            "field": ("command",),
+        }
+        for name in needs[self.source]:
+            if getattr(self, name) in (None, ""):
+                raise ValueError(f"power source '{self.source}' needs '{name}'")
+        for name, sources in used_by.items():
+            if getattr(self, name) is not None and self.source not in sources:
+                raise ValueError(
+                    f"'{name}' is only used by power source {' or '.join(sources)},"
+                    f" not '{self.source}'"
+                )
+        if self.username is not None and self.password_env is None:
+            raise ValueError("'username' is set but 'password_env' does not name the password")
+        return self
+
+
+class Spec(StrictModel):
+    """A whole spec file: one configuration to measure."""
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Spec name (letters, digits, . _ -); names the run",
+    )
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="The box")
+    engine: EngineSpec = Field(description="The server under test")
+    model: ModelSpec = Field(description="The model")
+    slo: SloSpec = Field(default_factory=SloSpec, description="Latency objective")
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec, description="Requests sent")
+    measurement: MeasurementSpec = Field(default_factory=MeasurementSpec, description="Durations")
+    sweep: SweepSpec = Field(default_factory=SweepSpec, description="Rate search")
+    accuracy: AccuracySpec | None = Field(default=None, description="Accuracy gate; null = none")
+    power: PowerSpec = Field(default_factory=PowerSpec, description="Power source")
+    not_covered: list[str] = Field(
+        default_factory=list, description="What this measurement does not cover, for the page"
+    )
+
+    @model_validator(mode="after")
+    def _power_fits_engine(self) -> Spec:
+        if self.power.source == "board" and self.hardware.adapter != "nvidia":
+            raise ValueError("power.source 'board' reads NVML and needs hardware.adapter 'nvidia'")
+        if (
+            self.power.source == "prometheus"
+            and self.power.url is None
+            and (self.engine.endpoint != "sim")
+        ):
+            raise ValueError(
+                "power.source 'prometheus' needs power.url (only against the simulator"
+                " may it be omitted: then the simulator's own /metrics is read)"
+            )
+        return self

@@ -1,0 +1,444 @@
+"""Loading and saving spec, run and result files.
+
+The JSON/YAML edge of tokenwatt: bytes in, validated models out, and back. Every failure becomes
+one :class:`~tokenwatt.errors.InputError` that names the file, the field path and the problem.
+Writes are atomic (temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C
+never leaves a half-written file, and a file is never written if it would contain the value of a
+secret environment variable the spec names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError
+from tokenwatt.schema.base import RUN_KIND, SCHEMA_VERSION
+from tokenwatt.schema.result import ResultFile
+from tokenwatt.schema.run import RunFile
+from tokenwatt.schema.spec import Spec
+
+__all__ = [
+    "FileKind",
+    "atomic_write_text",
+    "check_spec_files",
+    "detect_kind",
+    "dump_result",
+    "dump_run",
+    "filled",
+    "format_validation_error",
+    "load_any",
+    "load_result",
+    "load_run",
+    "load_spec",
+    "read_mapping",
+    "resolve_relative",
+    "resolve_spec_path",
+    "save_result",
+    "save_run",
+]
+
+logger = logging.getLogger(__name__)
+
+FileKind = Literal["spec", "run", "result"]
+M = TypeVar("M", bound=BaseModel)
+
+_ERROR_CLASS: dict[FileKind, type[InputError]] = {
+    "spec": SpecError,
+    "run": RunFileError,
+    "result": ResultError,
+}
+_MODEL: dict[FileKind, type[BaseModel]] = {"spec": Spec, "run": RunFile, "result": ResultFile}
+_MAX_ERRORS_SHOWN = 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in mapping:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
+        mapping[key] = loader.construct_object(value_node, deep=True)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,
+)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_mapping(path: Path, *, error: type[InputError] = InputError) -> dict[str, Any]:
+    """Read a JSON or YAML file whose top level is a mapping.
+
+    Args:
+        path: The file. ``.yaml``/``.yml`` files are read as YAML, everything else as JSON
+            (a JSON file is also valid YAML, but JSON errors are clearer).
+        error: The exception class to raise on failure.
+
+    Raises:
+        InputError: (or ``error``) naming the file and the problem, with line and column.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    text = text.removeprefix("\ufeff")
+    if not text.strip():
+        raise error(f"{path}: file is empty")
+    data: Any
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            problem = exc.problem or exc.context or "invalid YAML"
+            raise error(f"{path}: YAML syntax error at {where}{problem}") from None
+        except yaml.YAMLError as exc:
+            raise error(f"{path}: YAML error: {exc}") from None
+    else:
+        try:
+            data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            raise error(
+                f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
+        except (ValueError, RecursionError) as exc:
+            raise error(f"{path}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: the top level must be a mapping of fields, got {_type_name(data)}")
+    return data
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return type(value).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation errors
+
+
+def _field_path(loc: tuple[int | str, ...], data: Any, *, missing: bool) -> str:
+    """Turn a pydantic error location into ``a.b[2].c``, dropping union-branch tags.
+
+    Pydantic puts the name of the union branch it tried (``constrained-int``, ``lognormal``,
+    ``function-after[...]``) into ``loc``; walking the input data tells keys from tags. The last
+    item of a "missing" error is the absent key itself.
+    """
+    parts: list[str] = []
+    current = data
+    for position, item in enumerate(loc):
+        last = position == len(loc) - 1
+        if isinstance(item, int) and isinstance(current, list):
+            parts.append(f"[{item}]")
+            current = current[item] if item < len(current) else None
+        elif (
+            isinstance(item, str)
+            and isinstance(current, dict)
+            and (item in current or (missing and last))
+        ):
+            parts.append(f".{item}" if parts else item)
+            current = current.get(item)
+    return "".join(parts) or "(top level)"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_validation_error(
+    path: Path | str, kind: FileKind, exc: ValidationError, data: Any
+) -> str:
+    """One readable message for a validation error: the file, each field path and its problem."""
+    found: list[tuple[str, str]] = []
+    errors = exc.errors(include_url=False)
+    # A union reports one error per branch; "not an int" is noise when the input is a mapping
+    # that another branch understood, so shape errors go last.
+    errors.sort(key=lambda e: str(e["type"]).endswith(("_type", "_parsing")))
+    for err in errors:
+        field = _field_path(tuple(err["loc"]), data, missing=err["type"] == "missing")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] not in ("missing", "extra_forbidden") and not isinstance(
+            err.get("input"), dict | list
+        ):
+            msg = f"{msg} (got {_short(err.get('input'))})"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see 'tokenwatt schema " + kind + "')"
+        found.append((field, msg))
+    # Keep the most specific (deepest) path, and its first (most relevant) message.
+    paths = {f for f, _ in found}
+    kept: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for field, msg in found:
+        deeper = any(p != field and (p.startswith((field + ".", field + "["))) for p in paths)
+        if deeper or field in seen:
+            continue
+        seen.add(field)
+        kept.append((field, msg))
+    lines = [f"{field}: {msg}" for field, msg in kept[:_MAX_ERRORS_SHOWN]]
+    more = len(kept) - _MAX_ERRORS_SHOWN
+    if more > 0:
+        lines.append(f"... and {more} more")
+    if len(lines) == 1:
+        return f"{path}: invalid {kind}: {lines[0]}"
+    return f"{path}: invalid {kind}:\n  " + "\n  ".join(lines)
+
+
+def _validate(path: Path | str, kind: FileKind, data: dict[str, Any], model: type[M]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _ERROR_CLASS[kind](format_validation_error(path, kind, exc, data)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def detect_kind(path: Path, data: dict[str, Any]) -> FileKind:
+    """Tell a spec, a run and a result apart by their keys."""
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return "spec"
+    if data.get("kind") == RUN_KIND:
+        return "run"
+    if "configs" in data:
+        return "result"
+    if "engine" in data and "model" in data:
+        return "spec"
+    raise InputError(
+        f"{path}: cannot tell what this is: a spec has 'engine' and 'model', a run file has"
+        f' "kind": "{RUN_KIND}", a result has \'configs\''
+    )
+
+
+def _check_version(path: Path, kind: FileKind, data: dict[str, Any]) -> None:
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if kind != "spec" and version != SCHEMA_VERSION:
+        raise _ERROR_CLASS[kind](
+            f"{path}: schema_version {version!r}; this tokenwatt reads {SCHEMA_VERSION}."
+            " Re-create it with this version ('tokenwatt measure' or 'tokenwatt report')."
+        )
+
+
+def check_spec_files(spec: Spec, path: Path) -> None:
+    """Check that the files a spec file names exist (relative paths: see :func:`resolve_relative`).
+
+    Raises:
+        SpecError: naming the spec, the field and the path looked for.
+    """
+    named = {"model.config": spec.model.config}
+    if spec.accuracy is not None:
+        named["accuracy.suite"] = spec.accuracy.suite
+    if spec.workload.trace != "chat-mix-v1" and (
+        "/" in spec.workload.trace or "." in spec.workload.trace
+    ):
+        named["workload.trace"] = spec.workload.trace
+    for field, value in named.items():
+        if value is None:
+            continue
+        resolved = resolve_relative(path, value)
+        if not resolved.is_file():
+            raise SpecError(f"{path}: invalid spec: {field}: file not found: {resolved}")
+
+
+def load_spec(path: Path, *, check_files: bool = True) -> Spec:
+    """Load and validate a spec file (YAML or JSON) and, by default, the files it names."""
+    data = read_mapping(path, error=SpecError)
+    spec = _validate(path, "spec", data, Spec)
+    if check_files:
+        check_spec_files(spec, path)
+    return spec
+
+
+def load_run(path: Path) -> RunFile:
+    """Load and validate a run file."""
+    data = read_mapping(path, error=RunFileError)
+    if data.get("kind") != RUN_KIND:
+        raise RunFileError(f'{path}: not a run file (no "kind": "{RUN_KIND}")')
+    _check_version(path, "run", data)
+    return _validate(path, "run", data, RunFile)
+
+
+def load_result(path: Path) -> ResultFile:
+    """Load and validate a result file."""
+    data = read_mapping(path, error=ResultError)
+    _check_version(path, "result", data)
+    return _validate(path, "result", data, ResultFile)
+
+
+def load_any(path: Path) -> tuple[FileKind, BaseModel]:
+    """Load a spec, run or result file, telling which it is."""
+    data = read_mapping(path)
+    kind = detect_kind(path, data)
+    _check_version(path, kind, data)
+    model = _validate(path, kind, data, _MODEL[kind])
+    if isinstance(model, Spec):
+        check_spec_files(model, path)
+    return kind, model
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths
+
+
+def resolve_spec_path(given: str | Path, *, specs_dir: Path = Path("specs")) -> Path:
+    """Find a spec file: the path as given, else ``specs/<name>`` for a bare file name.
+
+    The seed's reproduce lines name the spec without its folder
+    (``--spec lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml``); run from the repository they resolve
+    to ``specs/``.
+    """
+    path = Path(given)
+    if path.is_file():
+        return path
+    if path.parent == Path() and (specs_dir / path).is_file():
+        logger.info("spec %s found as %s", given, specs_dir / path)
+        return specs_dir / path
+    raise SpecError(f"{given}: spec file not found (also looked for {specs_dir / path.name})")
+
+
+def resolve_relative(spec_path: Path, value: str) -> Path:
+    """Resolve a path written in a spec: absolute as is, else from the spec's folder, else cwd."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    beside_spec = spec_path.parent / path
+    if beside_spec.exists() or not path.exists():
+        return beside_spec
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def filled(model: M) -> M:
+    """The same model with every field marked as set, so ``exclude_unset`` dumps keep defaults."""
+    return type(model).model_validate(model.model_dump())
+
+
+def dump_result(result: ResultFile) -> dict[str, Any]:
+    """JSON values of a result: the fields that were set, so the seed round-trips exactly."""
+    # Through pydantic's JSON encoder: it writes infinite latencies as "Infinity" strings, which
+    # model_dump(mode="json") would leave as floats that json.dumps cannot write as valid JSON.
+    data: dict[str, Any] = json.loads(result.model_dump_json(exclude_unset=True))
+    return data
+
+
+def dump_run(run: RunFile) -> dict[str, Any]:
+    """JSON values of a run file, every field written out."""
+    data: dict[str, Any] = json.loads(run.model_dump_json())
+    return data
+
+
+def _secret_values(spec: Spec | None) -> Iterator[tuple[str, str]]:
+    if spec is None:
+        return
+    for name in (spec.engine.api_key_env, spec.power.password_env):
+        if name:
+            value = os.environ.get(name, "")
+            # Very short values would match by accident and are not worth protecting this way.
+            if len(value) >= 4:
+                yield name, value
+
+
+def atomic_write_text(path: Path, text: str, *, spec: Spec | None = None) -> None:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename.
+
+    Raises:
+        InputError: if the text would contain the value of a secret the spec names, or the
+            folder cannot be written.
+    """
+    for name, value in _secret_values(spec):
+        if value in text:
+            raise InputError(
+                f"{path}: refusing to write: the file would contain the value of ${name}"
+            )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _json_text(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def save_run(run: RunFile, path: Path) -> None:
+    """Validate and atomically write a run file."""
+    data = dump_run(run)
+    RunFile.model_validate(data)  # what we write must load back
+    atomic_write_text(path, _json_text(data), spec=run.spec)
+
+
+def save_result(result: ResultFile, path: Path) -> None:
+    """Validate and atomically write a result file."""
+    data = dump_result(result)
+    ResultFile.model_validate(data)
+    atomic_write_text(path, _json_text(data), spec=result.spec)
