@@ -1,0 +1,135 @@
+"""Variance band, verdict, confidence interval and fleet projection against hand-worked values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tokenwatt.compare import (
+    ConfigFigures,
+    change_pct,
+    confidence_interval,
+    fleet_projection,
+    repeat_spread_pct,
+    variance_band_pct,
+    verdict,
+)
+
+
+def fig(key, goodput, repeats=(), power=None, delta=None, label=None, meaningful=True):
+    return ConfigFigures(
+        key=key,
+        label=label or key,
+        goodput_tok_s=goodput,
+        repeat_goodputs_tok_s=tuple(repeats) or (goodput,),
+        node_power_kw=power,
+        accuracy_delta_pts=delta,
+        accuracy_meaningful=meaningful,
+    )
+
+
+def test_repeat_spread_by_hand():
+    # (102 - 100) / 101 = 1.980198...%
+    assert repeat_spread_pct([100.0, 102.0]) == pytest.approx(1.9801980198)
+    assert repeat_spread_pct([5.0]) == 0.0
+    assert repeat_spread_pct([]) == 0.0
+
+
+def test_band_is_the_larger_of_spread_and_drift():
+    seed_like = [
+        fig("baseline", 4515.0),
+        fig("tuned", 4522.8),
+        fig("other", 4516.4),
+    ]
+    # drift |4516.4 - 4515| / 4515 = 0.0310077...%
+    assert variance_band_pct(seed_like) == pytest.approx(0.03100775193798)
+    spread = [fig("baseline", 101.0, repeats=(100.0, 102.0)), fig("other", 101.5)]
+    # spread 1.98% beats drift 0.495%
+    assert variance_band_pct(spread) == pytest.approx(1.9801980198)
+
+
+def test_seed_verdict_is_no_measurable_difference():
+    configs = [
+        fig("baseline", 4515.0, label="default kernels"),
+        fig("tuned", 4522.8, label="tuned kernels"),
+        fig("other", 4516.4),
+    ]
+    v = verdict(configs, band_pct=0.7, max_drop_pts=1.0)
+    assert v.outcome == "no_difference"
+    assert v.change_pct == pytest.approx(7.8 / 4515 * 100)  # 0.1727...%
+    assert "no measurable difference" in v.text
+    assert "+0.2%" in v.text
+    assert "±0.7%" in v.text
+    assert v.ci_low_pct is None  # two repeats: no interval claimed
+
+
+def test_beyond_the_band_is_better_or_worse():
+    better = verdict([fig("baseline", 100.0), fig("tuned", 110.0)], band_pct=2.0, max_drop_pts=1)
+    assert better.outcome == "better"
+    assert "10.0% higher" in better.text
+    worse = verdict([fig("baseline", 100.0), fig("tuned", 95.0)], band_pct=2.0, max_drop_pts=1)
+    assert worse.outcome == "worse"
+    assert "5.0% lower" in worse.text
+
+
+def test_accuracy_gate_beats_goodput():
+    configs = [fig("baseline", 100.0, delta=0.0), fig("tuned", 150.0, delta=-2.0)]
+    v = verdict(configs, band_pct=1.0, max_drop_pts=1.0)
+    assert v.outcome == "gate_failed"
+    assert "not an improvement" in v.text
+    assert "better" not in v.text
+    # exactly at the limit passes
+    ok = verdict(
+        [fig("baseline", 100.0), fig("tuned", 150.0, delta=-1.0)], band_pct=1.0, max_drop_pts=1.0
+    )
+    assert ok.outcome == "better"
+
+
+def test_gate_ignores_accuracy_that_is_not_meaningful():
+    configs = [fig("baseline", 100.0), fig("tuned", 150.0, delta=-30.0, meaningful=False)]
+    assert verdict(configs, band_pct=1.0, max_drop_pts=1.0).outcome == "better"
+
+
+def test_welch_interval_by_hand():
+    # means 11 and 9, sample variances 1 and 1, n = 3: se = sqrt(2/3) = 0.8164966,
+    # Welch df = (2/3)^2 / ((1/3)^2/2 * 2) = 4, t(0.975, 4) = 2.7764451
+    # CI = 2 +- 2.2669579 -> (-0.2669579, 4.2669579) / 9 * 100
+    low, high, p = confidence_interval([10.0, 11.0, 12.0], [8.0, 9.0, 10.0])
+    assert low == pytest.approx(-0.2669579 / 9 * 100, abs=1e-4)
+    assert high == pytest.approx(4.2669579 / 9 * 100, abs=1e-4)
+    # t = 2 / 0.8164966 = 2.4494897 with 4 df: two-sided p = 0.0704
+    assert p == pytest.approx(0.07048, abs=1e-4)
+    assert confidence_interval([1.0, 2.0], [1.0, 2.0, 3.0]) is None
+
+
+def test_verdict_states_the_interval_with_three_repeats():
+    configs = [
+        fig("baseline", 9.0, repeats=(8.0, 9.0, 10.0)),
+        fig("tuned", 11.0, repeats=(10.0, 11.0, 12.0)),
+    ]
+    v = verdict(configs, band_pct=variance_band_pct(configs), max_drop_pts=None)
+    assert v.test is not None
+    assert "Welch" in v.text
+    assert v.ci_low_pct is not None
+    assert v.p_value is not None
+
+
+def test_missing_tuned_is_not_compared():
+    v = verdict([fig("baseline", 1.0), fig("other", 1.0)], band_pct=0.0, max_drop_pts=None)
+    assert v.outcome == "not_compared"
+
+
+def test_fleet_projection_by_hand():
+    configs = [fig("baseline", 4515.0, power=0.623), fig("tuned", 4522.8, power=0.641)]
+    fleet = fleet_projection(configs, cards=64)
+    assert fleet.goodput_delta_tok_s == pytest.approx(7.8 * 64)  # 499.2 tok/s
+    assert fleet.power_delta_kw == pytest.approx(0.018 * 64)  # 1.152 kW
+    assert fleet.energy_delta_kwh_per_year == pytest.approx(1.152 * 8760)  # 10,091.52 kWh
+    per_node = fleet_projection(configs, cards=64, gpus_per_config=8)
+    assert per_node.goodput_delta_tok_s == pytest.approx(7.8 * 8)
+
+
+def test_change_of_zero_reference():
+    assert change_pct(0.0, 0.0) == 0.0
+    assert math.isinf(change_pct(1.0, 0.0))

@@ -1,0 +1,129 @@
+"""The sweep's decisions, traced by hand against servers of known capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenwatt.schema.spec import MeasurementSpec, SweepSpec
+from tokenwatt.sweep import MAX_DOWN_STEPS, Sweep
+
+M = MeasurementSpec(warmup_s=45, window_s=120, search_window_s=60, repeats=2)
+
+
+def drive(sweep: Sweep, passes, limit: int = 200):
+    """Run the sweep with a pass/fail function of the plan; return the plans in order."""
+    plans = []
+    while (plan := sweep.next()) is not None:
+        plans.append(plan)
+        sweep.record(passes(plan))
+        assert len(plans) < limit
+    return plans
+
+
+def test_seed_protocol_by_hand_capacity_20():
+    sweep = Sweep(SweepSpec(), M)
+    plans = drive(sweep, lambda p: p.rate_rps <= 20.0)
+    rates = [round(p.rate_rps, 6) for p in plans]
+    # grow x1.25 from 8: 8, 10, 12.5, 15.625, 19.53125 pass; 24.4140625 fails
+    # bisect 3x: 21.97265625 F, 20.751953125 F, 20.1416015625 F -> found 19.53125
+    assert rates == [
+        8,
+        10,
+        12.5,
+        15.625,
+        19.53125,
+        24.414062,
+        21.972656,
+        20.751953,
+        20.141602,
+        19.53125,
+        19.53125,
+    ]
+    assert [p.phase for p in plans] == ["search"] * 6 + ["bisect"] * 3 + ["confirm"] * 2
+    assert {p.window_s for p in plans[:9]} == {60.0}
+    assert {p.window_s for p in plans[9:]} == {120.0}
+    assert [p.repeat for p in plans[9:]] == [0, 1]
+    assert sweep.result.found_rate_rps == 19.53125
+    assert sweep.result.confirmed_rate_rps == 19.53125
+    assert sweep.result.confirm_probes == [9, 10]
+
+
+def test_found_rate_is_within_bisection_resolution_of_the_boundary():
+    for capacity in (9.3, 17.0, 33.3, 101.0, 555.0):
+        sweep = Sweep(SweepSpec(bisect_steps=5), M)
+        drive(sweep, lambda p, c=capacity: p.rate_rps <= c)
+        found = sweep.result.confirmed_rate_rps
+        assert found is not None
+        assert found <= capacity
+        # the first fail is at most growth x the last pass; 5 halvings of that gap
+        assert capacity - found <= found * 0.25 / 2**5 + 1e-9
+
+
+def test_backoff_when_a_repeat_fails():
+    sweep = Sweep(SweepSpec(), M)
+    # search sees capacity 18, confirmation only 16.5 (drift)
+    plans = drive(sweep, lambda p: p.rate_rps <= (16.5 if p.phase == "confirm" else 18.0))
+    confirms = [p for p in plans if p.phase == "confirm"]
+    # found 17.578125; attempt 0 fails at once (repeat 1 skipped); x0.9 -> 15.8203125 passes twice
+    assert [(round(p.rate_rps, 7), p.attempt, p.repeat) for p in confirms] == [
+        (17.578125, 0, 0),
+        (15.8203125, 1, 0),
+        (15.8203125, 1, 1),
+    ]
+    assert sweep.result.confirmed_rate_rps == pytest.approx(15.8203125)
+    assert sweep.result.confirm_probes == [len(plans) - 2, len(plans) - 1]
+
+
+def test_backoffs_are_limited():
+    sweep = Sweep(SweepSpec(max_backoffs=2), M)
+    plans = drive(sweep, lambda p: p.phase != "confirm" and p.rate_rps <= 10)
+    confirms = [p for p in plans if p.phase == "confirm"]
+    assert [p.attempt for p in confirms] == [0, 1, 2]
+    assert sweep.result.confirmed_rate_rps is None
+    assert sweep.result.confirm_probes == [len(plans) - 1]
+
+
+def test_max_rps_caps_the_growth_and_passing_it_skips_bisection():
+    sweep = Sweep(SweepSpec(start_rps=8, growth=2, max_rps=20), M)
+    plans = drive(sweep, lambda p: True)
+    assert [p.rate_rps for p in plans] == [8, 16, 20, 20, 20]
+    assert sweep.result.confirmed_rate_rps == 20
+
+
+def test_first_probe_failing_searches_down():
+    sweep = Sweep(SweepSpec(start_rps=8, growth=2, bisect_steps=1), M)
+    plans = drive(sweep, lambda p: p.rate_rps <= 3)
+    # 8 F, 4 F, 2 P -> bisect (2+4)/2 = 3 P -> found 3
+    assert [p.rate_rps for p in plans[:4]] == [8, 4, 2, 3]
+    assert sweep.result.found_rate_rps == 3
+
+
+def test_nothing_passes():
+    sweep = Sweep(SweepSpec(start_rps=8, growth=2), M)
+    plans = drive(sweep, lambda p: False)
+    assert len(plans) == 1 + MAX_DOWN_STEPS
+    assert sweep.result.found_rate_rps is None
+    assert sweep.result.confirmed_rate_rps is None
+
+
+def test_explicit_rates_take_the_highest_pass_then_confirm():
+    sweep = Sweep(SweepSpec(rates=[30, 10, 20]), M)
+    plans = drive(sweep, lambda p: p.rate_rps <= 25)
+    assert [(p.phase, p.rate_rps) for p in plans] == [
+        ("rates", 10),
+        ("rates", 20),
+        ("rates", 30),
+        ("confirm", 20),
+        ("confirm", 20),
+    ]
+
+
+def test_record_without_next_is_an_error():
+    sweep = Sweep(SweepSpec(), M)
+    with pytest.raises(RuntimeError):
+        sweep.record(True)
+
+
+def test_next_is_idempotent_until_recorded():
+    sweep = Sweep(SweepSpec(), M)
+    assert sweep.next() == sweep.next()

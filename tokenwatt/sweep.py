@@ -1,0 +1,242 @@
+"""The rate sweep: grow, bisect, confirm, back off — as decisions over probe outcomes.
+
+**Search.** Search probes use ``search_window_s``. From ``start_rps`` the rate is multiplied by
+``growth`` until a probe fails or ``max_rps`` is reached (the last step is cut to ``max_rps``).
+Then the rate is bisected (arithmetic midpoint) between the last pass and the first fail
+``bisect_steps`` times; the found rate is the highest pass. If the very first probe fails, the
+search goes down instead (dividing by ``growth``) until a probe passes, at most
+``MAX_DOWN_STEPS`` times, and then bisects between that pass and the fail above it.
+
+**Explicit rates.** ``sweep.rates`` replaces the search: each rate is probed (search windows),
+and the highest passing one is the found rate.
+
+**Confirmation.** At the found rate, ``repeats`` full windows (``window_s``). If a repeat fails,
+the remaining repeats of that attempt are skipped (they cannot change the outcome), the rate is
+multiplied by ``backoff`` and confirmed again, at most ``max_backoffs`` times. The accepted
+rate is the first whose repeats all pass; if none does, the run has no confirmed rate.
+
+A client-bound probe never passes (DESIGN.md, "Probe"), so the sweep treats it as a fail.
+
+The module decides; it never sends a request. :class:`Sweep` hands out :class:`ProbePlan` s and
+is told whether each passed, so the same code drives real measurements, the simulator and tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenwatt.schema.run import ProbePhase
+from tokenwatt.schema.spec import MeasurementSpec, SweepSpec
+
+__all__ = ["MAX_DOWN_STEPS", "ProbePlan", "Sweep", "SweepResult"]
+
+MAX_DOWN_STEPS = 8
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """The next probe to run."""
+
+    phase: ProbePhase
+    rate_rps: float
+    warmup_s: float
+    window_s: float
+    attempt: int = 0
+    repeat: int | None = None
+
+
+@dataclass
+class SweepResult:
+    """What the sweep concluded."""
+
+    found_rate_rps: float | None = None
+    """Highest passing search rate (or explicit rate); None if none passed."""
+    confirmed_rate_rps: float | None = None
+    """Rate whose confirmation repeats all passed; None if none did."""
+    confirm_probes: list[int] = field(default_factory=list)
+    """Indices (in probe order) of the accepted confirmation's repeats, else of the last
+    attempt's (so a run with no confirmed rate still shows what was tried)."""
+
+
+@dataclass
+class _State:
+    lo: float | None = None  # highest passing rate so far
+    hi: float | None = None  # lowest failing rate so far
+    going_down: bool = False
+    down_steps: int = 0
+    bisects_done: int = 0
+    explicit_left: list[float] = field(default_factory=list)
+    confirm_rate: float | None = None
+    attempt: int = 0
+    repeat: int = 0
+    attempt_probes: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+class Sweep:
+    """A sweep in progress: call :meth:`next`, run the probe, then :meth:`record` its outcome."""
+
+    def __init__(self, sweep: SweepSpec, measurement: MeasurementSpec) -> None:
+        """Start a sweep.
+
+        Args:
+            sweep: the spec's sweep section.
+            measurement: the durations in force (quick mode shortens them).
+        """
+        self._sweep = sweep
+        self._m = measurement
+        self._state = _State()
+        self._pending: ProbePlan | None = None
+        self._probes = 0
+        self.result = SweepResult()
+        if sweep.rates is not None:
+            self._state.explicit_left = sorted(float(r) for r in sweep.rates)
+            self._phase: str = "rates"
+            self._next_rate: float | None = self._state.explicit_left.pop(0)
+        else:
+            self._phase = "search"
+            self._next_rate = float(sweep.start_rps)
+
+    @property
+    def done(self) -> bool:
+        """True once the sweep has nothing more to probe."""
+        return self._state.done
+
+    def _search_plan(self, phase: ProbePhase, rate: float) -> ProbePlan:
+        return ProbePlan(
+            phase=phase,
+            rate_rps=rate,
+            warmup_s=float(self._m.warmup_s),
+            window_s=float(self._m.search_window_s),
+        )
+
+    def next(self) -> ProbePlan | None:
+        """The next probe to run, or None when the sweep is over."""
+        if self._pending is not None:
+            return self._pending
+        if self._state.done:
+            return None
+        rate = self._next_rate
+        assert rate is not None
+        if self._phase == "confirm":
+            plan = ProbePlan(
+                phase="confirm",
+                rate_rps=rate,
+                warmup_s=float(self._m.warmup_s),
+                window_s=float(self._m.window_s),
+                attempt=self._state.attempt,
+                repeat=self._state.repeat,
+            )
+        elif self._phase == "rates":
+            plan = self._search_plan("rates", rate)
+        elif self._phase == "bisect":
+            plan = self._search_plan("bisect", rate)
+        else:
+            plan = self._search_plan("search", rate)
+        self._pending = plan
+        return plan
+
+    def record(self, passed: bool) -> None:
+        """Tell the sweep whether the probe handed out by :meth:`next` passed its SLO.
+
+        Raises:
+            RuntimeError: when no probe is pending.
+        """
+        plan = self._pending
+        if plan is None:
+            raise RuntimeError("record() called with no probe pending; call next() first")
+        self._pending = None
+        index = self._probes
+        self._probes += 1
+        st = self._state
+        rate = plan.rate_rps
+        if plan.phase == "confirm":
+            self._after_confirm(index, passed)
+            return
+        if passed:
+            st.lo = rate if st.lo is None else max(st.lo, rate)
+        else:
+            st.hi = rate if st.hi is None else min(st.hi, rate)
+        if plan.phase == "rates":
+            if st.explicit_left:
+                self._next_rate = st.explicit_left.pop(0)
+            else:
+                self._start_confirm(st.lo)
+        elif plan.phase == "search":
+            self._after_search(rate, passed)
+        else:
+            self._after_bisect()
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def _after_search(self, rate: float, passed: bool) -> None:
+        st = self._state
+        growth = float(self._sweep.growth)
+        max_rps = float(self._sweep.max_rps)
+        if st.going_down or (not passed and st.lo is None):
+            st.going_down = True
+            if passed:
+                self._start_bisect()
+            elif st.down_steps >= MAX_DOWN_STEPS:
+                self._start_confirm(None)
+            else:
+                st.down_steps += 1
+                self._next_rate = rate / growth
+            return
+        if not passed:
+            self._start_bisect()
+        elif rate >= max_rps:
+            self._start_confirm(rate)
+        else:
+            self._next_rate = min(rate * growth, max_rps)
+
+    def _start_bisect(self) -> None:
+        st = self._state
+        if self._sweep.bisect_steps == 0 or st.lo is None or st.hi is None:
+            self._start_confirm(st.lo)
+            return
+        self._phase = "bisect"
+        self._next_rate = (st.lo + st.hi) / 2.0
+
+    def _after_bisect(self) -> None:
+        st = self._state
+        st.bisects_done += 1
+        if st.bisects_done >= self._sweep.bisect_steps:
+            self._start_confirm(st.lo)
+            return
+        assert st.lo is not None
+        assert st.hi is not None
+        self._next_rate = (st.lo + st.hi) / 2.0
+
+    def _start_confirm(self, rate: float | None) -> None:
+        self.result.found_rate_rps = rate
+        if rate is None:
+            self._state.done = True
+            return
+        self._phase = "confirm"
+        st = self._state
+        st.confirm_rate = rate
+        st.attempt = 0
+        st.repeat = 0
+        st.attempt_probes = []
+        self._next_rate = rate
+
+    def _after_confirm(self, index: int, passed: bool) -> None:
+        st = self._state
+        st.attempt_probes.append(index)
+        self.result.confirm_probes = list(st.attempt_probes)
+        if passed:
+            st.repeat += 1
+            if st.repeat >= self._m.repeats:
+                self.result.confirmed_rate_rps = st.confirm_rate
+                st.done = True
+            return
+        if st.attempt >= self._sweep.max_backoffs:
+            st.done = True
+            return
+        assert st.confirm_rate is not None
+        st.attempt += 1
+        st.repeat = 0
+        st.attempt_probes = []
+        st.confirm_rate = st.confirm_rate * float(self._sweep.backoff)
+        self._next_rate = st.confirm_rate
