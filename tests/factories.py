@@ -96,3 +96,179 @@ def run(**kw: Any) -> RunFile:
     }
     fields.update(kw)
     return RunFile.model_validate(fields)
+
+
+def seed_spec() -> Spec:
+    """The published seed's spec."""
+    import json
+    from pathlib import Path
+
+    seed = (
+        Path(__file__).resolve().parents[1]
+        / "results"
+        / "h100-qwen3-30b-a3b-moe-kernel-tuning.json"
+    )
+    return Spec.model_validate(json.loads(seed.read_text(encoding="utf-8"))["spec"])
+
+
+def seed_like_run(
+    *,
+    role: str,
+    label: str,
+    description: str,
+    output_tokens: tuple[int, ...],
+    ttft_p99_ms: tuple[float, ...],
+    tpot_p99_ms: tuple[float, ...],
+    mbu_pct: float,
+    node_power_kw: float,
+    sw_power_cap: int,
+    score: float,
+    window_s: float = 120.0,
+    **overrides: Any,
+) -> RunFile:
+    """A run file carrying one of the seed's configs: two passing confirmation repeats at 20 rps.
+
+    Goodput of each repeat = output_tokens / window_s, as the run-file model requires.
+    """
+    from tokenwatt.schema.run import (
+        AccuracyEvidence,
+        AccuracySeedScore,
+        GpuInfo,
+        MbuEvidence,
+        PowerEvidence,
+    )
+
+    s = seed_spec()
+    probes = [probe(0, rate=8.0, window_s=60.0, output_tokens=60 * 1000, goodput_tok_s=1000.0)]
+    for n, (tokens, ttft, tpot) in enumerate(
+        zip(output_tokens, ttft_p99_ms, tpot_p99_ms, strict=True)
+    ):
+        probes.append(
+            probe(
+                n + 1,
+                rate=20.0,
+                phase="confirm",
+                repeat=n,
+                window_s=window_s,
+                output_tokens=tokens,
+                goodput_tok_s=tokens / window_s,
+                ttft_ms=stats(ttft),
+                tpot_ms=stats(tpot),
+            )
+        )
+    goodputs = [t / window_s for t in output_tokens]
+    fields: dict[str, Any] = {
+        "label": label,
+        "description": description,
+        "role": role,
+        "spec": s,
+        "effective": s.measurement,
+        "quick": True,
+        "command": (
+            f"tokenwatt run --spec lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml --label '{label}'"
+            f" --role {role} --out runs/{label}.json"
+        ),
+        "spec_path": "lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml",
+        "model_shape": "MoE",
+        "model_geometry_key": "qwen3_moe layers=48 hidden=2048 heads=32/4 experts=128/8",
+        "environment": Environment(
+            tokenwatt_version="0.1.0",
+            host="lambda-1",
+            platform="linux",
+            python="3.11",
+            engine_version="0.31.0",
+            engine_version_source="GET /version",
+            driver="580.105.08",
+            gpus=[GpuInfo(index=0, name="NVIDIA H100 80GB HBM3")],
+            spec_sha256=hashlib.sha256(b"seed").hexdigest(),
+            started_utc=dt.datetime(2026, 10, 8, 12, tzinfo=dt.UTC),
+        ),
+        "probes": probes,
+        "outcome": RunOutcome(
+            confirmed_rate_rps=20.0,
+            confirm_probes=list(range(1, len(probes))),
+            slo_pass_count=len(output_tokens),
+            goodput_tok_s=sum(goodputs) / len(goodputs),
+            repeat_goodputs_tok_s=goodputs,
+            probe_seconds=500.0,
+            search_probe_seconds=100.0,
+        ),
+        "power": PowerEvidence(
+            source="board",
+            description="GPU board power sum (NVIDIA)",
+            scope="board",
+            sampling_hz=1,
+            node_power_kw=node_power_kw,
+            throttle_counts={"sw_power_cap": sw_power_cap},
+        ),
+        "mbu": MbuEvidence(
+            mbu_pct=mbu_pct,
+            bytes_per_step=1.0e9,
+            weight_bytes_per_step=0.9e9,
+            kv_bytes_per_step=0.1e9,
+            batch_mean=60.0,
+            batch_source="metrics",
+            steps_per_s=75.0,
+            output_tok_s=4500.0,
+            rated_bw_tbs=3.35,
+            rated_bw_source="spec",
+        ),
+        "accuracy": AccuracyEvidence(
+            suite="suites/gsm8k-200.jsonl",
+            name="gsm8k-5shot",
+            scorer="numeric",
+            limit=50,
+            shots=5,
+            score=score,
+            spread_pts=0.0,
+            per_seed=[
+                AccuracySeedScore(
+                    seed=0, score=score, correct=round(score / 2), answered=50, failed=0
+                )
+            ],
+        ),
+    }
+    fields.update(overrides)
+    return run(**fields)
+
+
+def seed_runs() -> list[RunFile]:
+    """Three run files that carry the seed's per-config figures (baseline, tuned, repeat)."""
+    return [
+        seed_like_run(
+            role="baseline",
+            label="moe-default",
+            description="default kernels",
+            output_tokens=(539910, 543690),  # 4499.25 and 4530.75 tok/s: spread 0.70%
+            ttft_p99_ms=(338.0, 331.0),
+            tpot_p99_ms=(44.2, 43.1),
+            mbu_pct=56.3,
+            node_power_kw=0.623,
+            sw_power_cap=180,
+            score=96.0,
+        ),
+        seed_like_run(
+            role="tuned",
+            label="moe-tuned",
+            description="tuned kernels",
+            output_tokens=(542436, 543036),  # 4520.3 and 4525.3 tok/s, mean 4522.8
+            ttft_p99_ms=(333.0, 329.0),
+            tpot_p99_ms=(42.3, 41.0),
+            mbu_pct=57.9,
+            node_power_kw=0.641,
+            sw_power_cap=186,
+            score=96.0,
+        ),
+        seed_like_run(
+            role="other",
+            label="moe-default-2",
+            description="default kernels (repeat)",
+            output_tokens=(541908, 542028),  # 4515.9 and 4516.9 tok/s, mean 4516.4
+            ttft_p99_ms=(333.0, 330.0),
+            tpot_p99_ms=(43.0, 42.0),
+            mbu_pct=57.0,
+            node_power_kw=0.631,
+            sw_power_cap=183,
+            score=96.0,
+        ),
+    ]

@@ -353,11 +353,3 @@ def test_console_script_exit_status_and_no_traceback(tmp_path, seed_path):
         text=True,
     )
     assert ok.returncode == 0, ok.stderr
-
-
-def test_unbuilt_commands_say_so_and_do_not_pretend(tmp_path, capsys):
-    out = tmp_path / "r.json"
-    rc = main(["report", str(tmp_path / "a.json"), "--title", "t", "--out", str(out)])
-    if rc == 3:
-        assert "not built yet" in capsys.readouterr().err
-        assert not out.exists()

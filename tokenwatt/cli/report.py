@@ -1,26 +1,87 @@
-"""``tokenwatt report RUN...``: combine run files into one result."""
+"""``tokenwatt report RUN...``: combine run files into one result (results/<id>.json)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from tokenwatt.errors import NotBuiltError
+from tokenwatt import policy, store
+from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt.errors import ResultError
+from tokenwatt.report import LoadedRun, build_result, report_command
 
 __all__ = ["register", "run"]
 
 
+def _cards(value: str) -> int | None:
+    if value.lower() == "none":
+        return None
+    cards = int(value)
+    if cards < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, or 'none'")
+    return cards
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the sub-command."""
-    p = sub.add_parser("report", help="combine run files into a result (results/<id>.json)")
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN")
-    p.add_argument("--title", required=True)
-    p.add_argument("--id", dest="result_id")
-    p.add_argument("--out", type=Path)
-    p.add_argument("--allow-mismatch", action="store_true")
+    p = sub.add_parser(
+        "report",
+        help="combine run files into a result (results/<id>.json)",
+        description="Recompute every figure from the run files, compare the configurations"
+        " against the variance band and the accuracy gate, and write one result.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run files (one baseline, <= 1 tuned)")
+    p.add_argument("--title", required=True, help="title of the result")
+    p.add_argument("--id", dest="result_id", help="result id (default: from the title)")
+    p.add_argument("--out", help="result file to write (default: results/<id>.json)")
+    p.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="combine runs that differ in hardware, model, SLO or workload; the result records"
+        " each difference",
+    )
+    p.add_argument(
+        "--fleet-cards",
+        type=_cards,
+        default=64,
+        help="project the per-card difference onto N cards ('none': no projection; default 64)",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing result file")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Not built yet (issue: `tokenwatt report`)."""
-    raise NotBuiltError("'tokenwatt report' is not built yet; nothing was written")
+    """Load the runs, build the result, write it atomically."""
+    loaded = [LoadedRun(path, store.load_run(Path(path))) for path in args.runs]
+    command = report_command(
+        args.runs,
+        title=args.title,
+        result_id=args.result_id,
+        out=args.out,
+        allow_mismatch=args.allow_mismatch,
+        fleet_cards=args.fleet_cards,
+    )
+    result = build_result(
+        loaded,
+        title=args.title,
+        report_command=command,
+        result_id=args.result_id,
+        allow_mismatch=args.allow_mismatch,
+        fleet_cards=args.fleet_cards,
+    )
+    out = Path(args.out) if args.out else Path("results") / f"{result.id}.json"
+    if out.exists() and not args.force:
+        raise ResultError(f"{out}: already exists; choose another --id/--out, or pass --force")
+    store.save_result(result, out)
+    con, err = out_console(), err_console()
+    con.print(f"wrote {escape(str(out))} (status: {result.status})")
+    if result.verdict is not None:
+        con.print(escape(result.verdict.text))
+    for violation in policy.check_result(result):
+        err.print(f"[yellow]not publishable[/yellow]: {escape(str(violation))}")
+    if result.mismatches:
+        for mismatch in result.mismatches:
+            err.print(f"[yellow]mismatch accepted[/yellow]: {escape(mismatch)}")
+    sys.stdout.flush()
+    return 0

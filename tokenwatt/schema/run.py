@@ -321,7 +321,10 @@ class RunFile(StrictModel):
 
     kind: Literal["tokenwatt-run"] = "tokenwatt-run"
     schema_version: Literal[1] = 1
-    label: str = Field(min_length=1)
+    label: str = Field(min_length=1, description="Name of this configuration (--label)")
+    description: str | None = Field(
+        default=None, description="Display label on the page (--description); null = label"
+    )
     role: Role
     quick: bool = Field(description="Shortened windows for validation: never publishable")
     simulated: bool = Field(description="Measured against the embedded simulator")
@@ -331,6 +334,14 @@ class RunFile(StrictModel):
     spec_path: str = Field(description="The spec path as given on the command line")
     spec: Spec
     effective: MeasurementSpec = Field(description="Durations actually used (quick mode shortens)")
+    model_shape: Literal["Dense", "MoE"] | None = Field(
+        default=None, description="From the model geometry"
+    )
+    model_geometry_key: str | None = Field(
+        default=None,
+        description="Architecture summary (layers, widths, experts) used to tell whether runs"
+        " served the same model, whatever its storage type",
+    )
     environment: Environment
     probes: list[ProbeRecord] = Field(default_factory=list)
     outcome: RunOutcome | None = None

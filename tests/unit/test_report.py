@@ -1,0 +1,196 @@
+"""``report``: run files carrying the seed's figures give back the seed's configs and verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests import factories
+from tokenwatt import policy, store
+from tokenwatt.errors import ResultError
+from tokenwatt.report import QUICK_NOTE, LoadedRun, build_result, quote_arg, slugify
+
+SEED_FIELDS = (
+    "key",
+    "label",
+    "engine",
+    "mbu_pct",
+    "node_power_kw",
+    "goodput_tok_s",
+    "ttft_p99_ms",
+    "tpot_p99_ms",
+    "slo_pass_count",
+    "repeats",
+    "throttle_counts",
+)
+TITLE = "Tuned vs default fused-MoE kernels: Qwen3-30B-A3B FP8 on 1\u00d7 H100 SXM"
+
+
+def loaded(runs):
+    return [LoadedRun(f"runs/{r.label}.json", r) for r in runs]
+
+
+def make(runs=None, **kw):
+    return build_result(
+        loaded(runs or factories.seed_runs()),
+        title=TITLE,
+        report_command=f"tokenwatt report runs/a.json --title {quote_arg(TITLE)}",
+        **kw,
+    )
+
+
+def test_seed_configs_band_and_verdict_are_reproduced(seed_path):
+    seed = json.loads(seed_path.read_text(encoding="utf-8"))
+    result = make(result_id=seed["id"])
+    ours = store.dump_result(result)
+    for mine, theirs in zip(ours["configs"], seed["configs"], strict=True):
+        for field in SEED_FIELDS:
+            assert mine[field] == pytest.approx(theirs[field]), field
+        for field in ("score", "delta_pts", "spread_pts"):
+            assert mine["accuracy"][field] == theirs["accuracy"][field]
+    assert ours["variance_band_pct"] == seed["variance_band_pct"] == 0.7
+    assert ours["runs"] == seed["runs"]
+    assert result.verdict is not None
+    assert result.verdict.outcome == "no_difference"
+    assert "no measurable difference" in result.summary
+    for field in ("slo", "model", "workload", "software", "accuracy"):
+        assert ours[field] == seed[field], field
+    assert ours["fleet"]["cards"] == seed["fleet"]["cards"] == 64
+    assert ours["fleet"]["goodput_delta_tok_s"] == pytest.approx(7.8 * 64)
+    assert ours["hardware"] == {**seed["hardware"], "host": "Lambda Cloud instance"}
+    assert ours["power"] == seed["power"]
+    assert QUICK_NOTE in ours["not_covered"]
+    assert ours["not_covered"][:3] == seed["not_covered"]
+
+
+def test_quick_inputs_are_never_published():
+    result = make()
+    assert result.status == "draft"
+    assert policy.check_result(result)
+
+
+def test_full_inputs_meeting_the_policy_are_published():
+    spec = factories.seed_spec()
+    full = spec.measurement.model_copy(update={"window_s": 300, "warmup_s": 60, "repeats": 3})
+    runs = []
+    for r in factories.seed_runs():
+        acc = r.accuracy.model_copy(update={"limit": 200})
+        extra = factories.probe(
+            3,
+            rate=20.0,
+            phase="confirm",
+            repeat=2,
+            window_s=120.0,
+            output_tokens=r.probes[1].output_tokens,
+            goodput_tok_s=r.probes[1].goodput_tok_s,
+        )
+        outcome = r.outcome.model_copy(update={"confirm_probes": [1, 2, 3], "slo_pass_count": 3})
+        runs.append(
+            r.model_copy(
+                update={
+                    "quick": False,
+                    "effective": full,
+                    "accuracy": acc,
+                    "probes": [*r.probes, extra],
+                    "outcome": outcome,
+                }
+            )
+        )
+    result = make(runs)
+    assert policy.check_result(result) == []
+    assert result.status == "published"
+    assert result.verdict is not None
+    assert result.verdict.ci_low_pct is not None  # three repeats: an interval is given
+
+
+def test_mismatched_runs_are_refused_naming_the_difference():
+    runs = factories.seed_runs()
+    other_slo = runs[1].spec.model_copy(
+        update={"slo": runs[1].spec.slo.model_copy(update={"tpot_p99_ms": 40.0})}
+    )
+    runs[1] = runs[1].model_copy(update={"spec": other_slo})
+    with pytest.raises(ResultError, match="SLO") as info:
+        make(runs)
+    assert "p99 TPOT 40 ms" in str(info.value)
+    assert "--allow-mismatch" in str(info.value)
+    result = make(runs, allow_mismatch=True)
+    assert result.mismatches is not None
+    assert any("p99 TPOT 40 ms" in m for m in result.mismatches)
+
+
+def test_different_hardware_is_a_mismatch():
+    runs = factories.seed_runs()
+    env = runs[2].environment.model_copy(
+        update={"gpus": [runs[2].environment.gpus[0].model_copy(update={"name": "NVIDIA H200"})]}
+    )
+    runs[2] = runs[2].model_copy(update={"environment": env})
+    with pytest.raises(ResultError, match="hardware"):
+        make(runs)
+
+
+def test_accuracy_gate_two_point_drop_is_not_an_improvement():
+    runs = factories.seed_runs()
+    acc = runs[1].accuracy.model_copy(update={"score": 94.0})
+    # 10% more goodput, but two points less accuracy
+    probes = [
+        p.model_copy(
+            update={
+                "output_tokens": int(p.output_tokens * 1.1),
+                "goodput_tok_s": int(p.output_tokens * 1.1) / p.window_s,
+            }
+        )
+        for p in runs[1].probes
+    ]
+    runs[1] = runs[1].model_copy(update={"accuracy": acc, "probes": probes})
+    result = make(runs)
+    tuned = result.configs[1]
+    assert tuned.goodput_tok_s > result.configs[0].goodput_tok_s * 1.09
+    assert tuned.accuracy.delta_pts == -2.0
+    assert tuned.accuracy.gate_pass is False
+    assert result.verdict.outcome == "gate_failed"
+    assert "better" not in result.verdict.text.lower()
+    assert "not an improvement" in result.summary
+
+
+def test_inconsistent_goodput_is_refused():
+    runs = factories.seed_runs()
+    bad = runs[0].probes[1].model_copy(update={"goodput_tok_s": 9999.0})
+    runs[0] = runs[0].model_copy(update={"probes": [runs[0].probes[0], bad, runs[0].probes[2]]})
+    with pytest.raises(ResultError, match="inconsistent"):
+        make(runs)
+
+
+def test_roles_are_checked():
+    runs = factories.seed_runs()
+    with pytest.raises(ResultError, match="no run has role 'baseline'"):
+        make(runs[1:])
+    two = [runs[0], runs[1], runs[1].model_copy(update={"label": "x"})]
+    with pytest.raises(ResultError, match="more than one run has role 'tuned'"):
+        make(two)
+
+
+def test_no_confirmed_rate_gives_zero_goodput_and_a_caveat():
+    runs = factories.seed_runs()
+    outcome = runs[1].outcome.model_copy(update={"confirmed_rate_rps": None, "confirm_probes": [1]})
+    failed = runs[1].probes[1].model_copy(update={"slo_pass": False})
+    runs[1] = runs[1].model_copy(
+        update={"outcome": outcome, "probes": [runs[1].probes[0], failed, runs[1].probes[2]]}
+    )
+    result = make(runs)
+    assert result.configs[1].goodput_tok_s == 0.0
+    assert result.configs[1].slo_pass_count == 0
+    assert "Config 'tuned kernels': no arrival rate met the SLO" in result.not_covered
+    assert result.verdict.outcome == "worse"
+
+
+def test_result_validates_and_round_trips(tmp_path):
+    result = make()
+    path = tmp_path / "r.json"
+    store.save_result(result, path)
+    assert store.load_result(path) == result
+
+
+def test_slug_and_quote():
+    assert slugify(TITLE) == "tuned-vs-default-fused-moe-kernels-qwen3-30b-a3b-fp8-on-1-h100-sxm"
+    assert quote_arg("it's") == "'it'\"'\"'s'"

@@ -1,0 +1,618 @@
+"""Turning run files into one result: figures recomputed from the evidence, verdict by the code.
+
+Every figure of a config is recomputed from its run file's probes: SLO goodput is the mean of
+the accepted confirmation repeats' goodputs (each checked against its own output tokens ÷
+window); p99 TTFT and TPOT pool the window requests of those repeats (nearest-rank, failures as
++inf); power, energy and MBU come from the run's evidence blocks. Nothing is copied from a
+summary the run file merely asserts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenwatt import compare, policy
+from tokenwatt.errors import ResultError
+from tokenwatt.gpus import preset_for_device_name
+from tokenwatt.metrics import latency_stats
+from tokenwatt.schema.result import (
+    ConfigAccuracy,
+    ConfigMeasurement,
+    ConfigResult,
+    Fleet,
+    PowerTracePoint,
+    PowerTraceSummary,
+    ProbePoint,
+    ResultAccuracy,
+    ResultFile,
+    ResultHardware,
+    ResultModel,
+    ResultPower,
+    ResultSlo,
+    ResultSoftware,
+    ResultWorkload,
+)
+from tokenwatt.schema.run import ProbeRecord, RunFile
+from tokenwatt.schema.spec import (
+    FixedTokens,
+    LognormalTokens,
+    Spec,
+    TokenCount,
+    UniformTokens,
+)
+from tokenwatt.store import filled
+
+__all__ = [
+    "CHAT_MIX_V1_TEXT",
+    "QUICK_NOTE",
+    "LoadedRun",
+    "build_result",
+    "comparability",
+    "quote_arg",
+    "report_command",
+    "slugify",
+]
+
+logger = logging.getLogger(__name__)
+
+QUICK_NOTE = "Quick mode: short windows, few repeats \u2014 validation only, not for publishing"
+"""The caveat a quick-mode result carries (the seed's own words)."""
+
+CHAT_MIX_V1_TEXT = {
+    "input_tokens": "median 1,024 \u00b7 p90 4,096",
+    "output_tokens": "median 256 \u00b7 p90 1,024",
+}
+"""How the built-in chat-mix-v1 workload's lengths read on a page."""
+
+_ROLE_ORDER = {"baseline": 0, "tuned": 1, "other": 2}
+_TRACE_POINTS_MAX = 300
+_GOODPUT_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run file and the path it was given as."""
+
+    path: str
+    run: RunFile
+
+
+def slugify(text: str, *, max_length: int = 80) -> str:
+    """A result id from a title: lower case, runs of other characters become one dash."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:max_length].rstrip("-") or "result"
+
+
+def quote_arg(value: str) -> str:
+    """Single-quote a free-text argument for a shell, always (the seed's reproduce style)."""
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparability
+
+
+def _hardware_key(run: RunFile) -> str:
+    names = sorted(g.name for g in run.environment.gpus)
+    if run.simulated and run.spec.engine.sim is not None:
+        names = names or [f"sim:{run.spec.engine.sim.gpu}"]
+    return f"{len(names)} x {', '.join(names) or 'unknown accelerator'}"
+
+
+def _model_key(run: RunFile) -> str:
+    return run.model_geometry_key or f"{run.spec.model.name} (vocab {run.spec.model.vocab_size})"
+
+
+def _workload_key(spec: Spec) -> str:
+    w = spec.workload
+    return json.dumps(w.model_dump(mode="json"), sort_keys=True)
+
+
+def comparability(runs: Sequence[LoadedRun]) -> list[str]:
+    """Every way the runs differ in hardware, model, SLO, workload or durations.
+
+    The first run is the reference; each difference names the runs and both values.
+    """
+    if not runs:
+        return []
+    ref = runs[0]
+    checks: dict[str, Callable[[RunFile], str]] = {
+        "hardware": _hardware_key,
+        "model": _model_key,
+        "SLO": lambda r: (
+            f"p99 TTFT {r.spec.slo.ttft_p99_ms:g} ms, p99 TPOT {r.spec.slo.tpot_p99_ms:g} ms"
+        ),
+        "workload": lambda r: _workload_key(r.spec),
+        "measurement durations": lambda r: (
+            f"warm-up {r.effective.warmup_s:g} s, window {r.effective.window_s:g} s,"
+            f" search window {r.effective.search_window_s:g} s, {r.effective.repeats} repeats"
+        ),
+        "simulated": lambda r: "simulated" if r.simulated else "real hardware",
+    }
+    out: list[str] = []
+    for name, key in checks.items():
+        want = key(ref.run)
+        for other in runs[1:]:
+            got = key(other.run)
+            if got != want:
+                out.append(f"{name}: {ref.path} has {want}; {other.path} has {got}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-config figures
+
+
+@dataclass
+class _Figures:
+    goodput_tok_s: float
+    repeat_goodputs: list[float]
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    slo_pass_count: int
+    confirmed_rate_rps: float | None
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or math.isinf(value) else value
+
+
+def _pooled_p99(probes: Sequence[ProbeRecord], column: str) -> float | None:
+    tables = [p.requests for p in probes]
+    if probes and all(t is not None for t in tables):
+        values: list[float | None] = []
+        for table in tables:
+            assert table is not None
+            values.extend(getattr(table, column))
+        return latency_stats(values).p99
+    # Without the requests, the worst repeat's p99 bounds the pooled one from above.
+    p99s = [getattr(p, column).p99 for p in probes]
+    known = [v for v in p99s if v is not None]
+    return max(known) if known else None
+
+
+def _check_probe(path: str, probe: ProbeRecord) -> None:
+    expected = probe.output_tokens / probe.window_s
+    if not math.isclose(probe.goodput_tok_s, expected, rel_tol=_GOODPUT_TOLERANCE, abs_tol=1e-9):
+        raise ResultError(
+            f"{path}: probes[{probe.index}].goodput_tok_s is {probe.goodput_tok_s}, but"
+            f" output_tokens / window_s = {expected}; the run file is inconsistent"
+        )
+    table = probe.requests
+    if table is not None:
+        ok_tokens = sum(
+            n for n, s in zip(table.output_tokens, table.status, strict=True) if s == "ok"
+        )
+        if ok_tokens != probe.output_tokens:
+            raise ResultError(
+                f"{path}: probes[{probe.index}].output_tokens is {probe.output_tokens}, but its"
+                f" successful requests carry {ok_tokens}; the run file is inconsistent"
+            )
+
+
+def _figures(loaded: LoadedRun) -> _Figures:
+    run = loaded.run
+    for probe in run.probes:
+        _check_probe(loaded.path, probe)
+    if run.outcome is None:
+        return _Figures(0.0, [], None, None, 0, None)
+    probes = [run.probes[i] for i in run.outcome.confirm_probes]
+    passed = sum(1 for p in probes if p.slo_pass)
+    confirmed = run.outcome.confirmed_rate_rps
+    if confirmed is not None and passed != len(probes):
+        raise ResultError(
+            f"{loaded.path}: outcome.confirmed_rate_rps is set but a confirmation repeat failed"
+        )
+    goodputs = [p.goodput_tok_s for p in probes]
+    return _Figures(
+        goodput_tok_s=sum(goodputs) / len(goodputs) if goodputs and confirmed else 0.0,
+        repeat_goodputs=goodputs if confirmed else [],
+        ttft_p99_ms=_finite_or_none(_pooled_p99(probes, "ttft_ms")),
+        tpot_p99_ms=_finite_or_none(_pooled_p99(probes, "tpot_ms")),
+        slo_pass_count=passed,
+        confirmed_rate_rps=confirmed,
+    )
+
+
+def _power_trace(run: RunFile) -> PowerTraceSummary | None:
+    power = run.power
+    if power is None or power.source == "none":
+        return None
+    samples = power.samples
+    watts = [s.watts for s in samples]
+    step = max(1, math.ceil(len(samples) / _TRACE_POINTS_MAX))
+    t0 = samples[0].t_ns if samples else 0
+    return PowerTraceSummary(
+        samples=len(samples),
+        min_w=min(watts) if watts else None,
+        mean_w=sum(watts) / len(watts) if watts else None,
+        max_w=max(watts) if watts else None,
+        gaps=len(power.gaps),
+        max_gap_fraction=power.max_gap_fraction,
+        points=[PowerTracePoint(t_s=(s.t_ns - t0) / 1e9, watts=s.watts) for s in samples[::step]],
+    )
+
+
+def _probe_points(run: RunFile) -> list[ProbePoint]:
+    return [
+        ProbePoint(
+            phase=p.phase,
+            rate_rps=p.rate_rps,
+            window_s=p.window_s,
+            ttft_p50_ms=_finite_or_none(p.ttft_ms.p50),
+            ttft_p99_ms=_finite_or_none(p.ttft_ms.p99),
+            tpot_p50_ms=_finite_or_none(p.tpot_ms.p50),
+            tpot_p99_ms=_finite_or_none(p.tpot_ms.p99),
+            goodput_tok_s=p.goodput_tok_s,
+            failed=p.failed,
+            slo_pass=p.slo_pass,
+            client_bound=p.client_bound,
+            send_lag_p99_ms=p.send_lag_p99_ms,
+        )
+        for p in run.probes
+    ]
+
+
+def _engine_text(run: RunFile) -> str:
+    version = run.environment.engine_version or run.spec.engine.version
+    name = run.spec.engine.name
+    return (
+        f"{name} {version} \u00b7 KV {run.spec.model.kv_dtype.upper()}"
+        if version
+        else (f"{name} \u00b7 KV {run.spec.model.kv_dtype.upper()}")
+    )
+
+
+def _config(
+    loaded: LoadedRun, figures: _Figures, baseline: _Figures | None, baseline_run: RunFile | None
+) -> ConfigResult:
+    run = loaded.run
+    accuracy: ConfigAccuracy | None = None
+    if run.accuracy is not None:
+        base_score = (
+            baseline_run.accuracy.score
+            if baseline_run is not None and baseline_run.accuracy is not None
+            else None
+        )
+        delta = run.accuracy.score - base_score if base_score is not None else None
+        max_drop = run.spec.accuracy.max_drop_pts if run.spec.accuracy is not None else None
+        accuracy = ConfigAccuracy(
+            score=run.accuracy.score,
+            delta_pts=delta,
+            spread_pts=run.accuracy.spread_pts,
+            per_seed=[s.score for s in run.accuracy.per_seed],
+            answered=sum(s.answered for s in run.accuracy.per_seed),
+            failed=sum(s.failed for s in run.accuracy.per_seed),
+            questions=run.accuracy.limit,
+            gate_pass=None if delta is None or max_drop is None else delta >= -max_drop,
+            meaningful=run.accuracy.meaningful,
+        )
+    power = run.power
+    outcome = run.outcome
+    return ConfigResult(
+        key=run.role,
+        label=run.description or run.label,
+        engine=_engine_text(run),
+        mbu_pct=run.mbu.mbu_pct if run.mbu is not None else None,
+        node_power_kw=power.node_power_kw if power is not None else None,
+        goodput_tok_s=figures.goodput_tok_s,
+        ttft_p99_ms=figures.ttft_p99_ms,
+        tpot_p99_ms=figures.tpot_p99_ms,
+        slo_pass_count=figures.slo_pass_count,
+        repeats=run.effective.repeats,
+        throttle_counts=dict(power.throttle_counts) if power is not None else {},
+        accuracy=accuracy,
+        confirmed_rate_rps=figures.confirmed_rate_rps,
+        repeat_goodputs_tok_s=figures.repeat_goodputs,
+        goodput_delta_pct=(
+            compare.change_pct(figures.goodput_tok_s, baseline.goodput_tok_s)
+            if baseline is not None and baseline.goodput_tok_s > 0
+            else None
+        ),
+        tokens_per_joule=power.tokens_per_joule if power is not None else None,
+        energy_j=power.energy_j if power is not None else None,
+        energy_method=power.energy_method if power is not None else None,
+        power_trace=_power_trace(run),
+        probes=_probe_points(run),
+        probe_seconds=outcome.probe_seconds if outcome is not None else None,
+        measurement=ConfigMeasurement(
+            warmup_s=run.effective.warmup_s,
+            window_s=run.effective.window_s,
+            repeats=run.effective.repeats,
+            accuracy_questions=run.accuracy.limit if run.accuracy is not None else None,
+            quick=run.quick,
+            simulated=run.simulated,
+            complete=run.complete,
+        ),
+        mbu_bytes_per_step=run.mbu.bytes_per_step if run.mbu is not None else None,
+        mbu_batch_mean=run.mbu.batch_mean if run.mbu is not None else None,
+        run_file=loaded.path,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Result-level text
+
+
+def _tokens_text(count: TokenCount | None, trace: str, which: str) -> str:
+    if count is None:
+        if trace == "chat-mix-v1":
+            return CHAT_MIX_V1_TEXT[which]
+        return f"from the trace {Path(trace).name}"
+    if isinstance(count, int):
+        return f"{count:,} (fixed)"
+    if isinstance(count, FixedTokens):
+        return f"{count.value:,} (fixed)"
+    if isinstance(count, UniformTokens):
+        return f"uniform {count.min:,}\u2013{count.max:,}"
+    assert isinstance(count, LognormalTokens)
+    return f"median {count.median:,.0f} \u00b7 p90 {count.p90:,.0f}"
+
+
+def _arrival_text(spec: Spec) -> str:
+    a = spec.workload.arrival
+    how = {
+        "poisson": "Poisson",
+        "gamma": f"Gamma (burstiness {a.burstiness:g})",
+        "constant": "Constant",
+        "trace": "Trace timestamps" + (" rescaled" if a.rescale else ""),
+    }[a.process]
+    swept = (
+        "rates listed in the spec" if spec.sweep.rates is not None else "rate swept to SLO boundary"
+    )
+    return f"{how}, {swept}"
+
+
+def _hardware(ref: RunFile) -> ResultHardware:
+    gpus = ref.environment.gpus
+    name = gpus[0].name if gpus else "unknown accelerator"
+    preset = preset_for_device_name(name)
+    count = len(gpus) if gpus else ref.spec.model.tensor_parallel * ref.spec.model.replicas
+    rated = ref.spec.hardware.rated_bw_tbs_per_gpu
+    if rated is None and ref.mbu is not None and count:
+        rated = ref.mbu.rated_bw_tbs / count
+    if rated is None and preset is not None:
+        rated = preset.mem_bw_tbs
+    vendor = preset.vendor if preset is not None else ref.spec.hardware.adapter.upper()
+    return ResultHardware(
+        vendor=vendor,
+        accelerator=name,
+        count=count,
+        rated_bw_tbs_per_gpu=rated,
+        driver=ref.environment.driver,
+        host=ref.spec.hardware.host or ref.environment.host,
+    )
+
+
+def _not_covered(runs: Sequence[LoadedRun], configs: Sequence[ConfigResult]) -> list[str]:
+    notes: list[str] = []
+
+    def add(note: str) -> None:
+        if note not in notes:
+            notes.append(note)
+
+    for loaded in runs:
+        for note in loaded.run.spec.not_covered:
+            add(note)
+    any_run = [r.run for r in runs]
+    sources = {r.power.source if r.power is not None else "none" for r in any_run}
+    if "none" in sources:
+        add("Power not measured (power source 'none')")
+    if "board" in sources and not any(n.startswith("Whole-node power") for n in notes):
+        add("Whole-node power (GPU board power only)")
+    if any(r.accuracy is None for r in any_run):
+        add("Accuracy not measured for every configuration")
+    if any(r.accuracy is not None and not r.accuracy.meaningful for r in any_run):
+        add("Accuracy against the simulator is not meaningful (not a model's answers)")
+    if any(r.quick for r in any_run):
+        add(QUICK_NOTE)
+    if any(r.simulated for r in any_run):
+        add("Simulated engine and power model: not a measurement of real hardware")
+    for loaded in runs:
+        run = loaded.run
+        if not run.complete:
+            add(f"Run '{run.label}' is incomplete ({run.incomplete_reason or 'interrupted'})")
+        bound = sum(1 for p in run.probes if p.client_bound)
+        if bound:
+            add(
+                f"Run '{run.label}': {bound} probe(s) were client-bound (the load generator,"
+                " not the server, was the limit)"
+            )
+        if run.power is not None and run.power.max_gap_fraction:
+            add(
+                f"Run '{run.label}': power readings missing for"
+                f" {run.power.max_gap_fraction:.0%} of a confirmed window"
+            )
+    for config in configs:
+        if config.confirmed_rate_rps is None:
+            add(f"Config '{config.label}': no arrival rate met the SLO")
+    return notes
+
+
+def _summary(
+    ref: RunFile, hardware: ResultHardware, runs: Sequence[LoadedRun], verdict_text: str
+) -> str:
+    date = ref.environment.started_utc.date().isoformat()
+    engine = _engine_text(ref).split(" \u00b7 ")[0]
+    labels = ", ".join(
+        f"{loaded.run.description or loaded.run.label} ({loaded.run.role})" for loaded in runs
+    )
+    flags = ""
+    if any(loaded.run.simulated for loaded in runs):
+        flags += " Simulated."
+    if any(loaded.run.quick for loaded in runs):
+        flags += " Quick mode."
+    return (
+        f"{hardware.host}, {hardware.count}\u00d7 {hardware.accelerator}, {date}: {engine};"
+        f" {labels}.{flags} {verdict_text}"
+    )
+
+
+def build_result(
+    runs: Sequence[LoadedRun],
+    *,
+    title: str,
+    report_command: str,
+    result_id: str | None = None,
+    allow_mismatch: bool = False,
+    fleet_cards: int | None = 64,
+    now: dt.datetime | None = None,
+) -> ResultFile:
+    """Combine run files into a result in the seed's schema.
+
+    Args:
+        runs: the run files, in the order given on the command line.
+        title: the result's title.
+        report_command: the command that makes this report, for the reproduce block.
+        result_id: the id; default: from the title.
+        allow_mismatch: combine runs that differ in hardware, model, SLO or workload, recording
+            each difference on the result.
+        fleet_cards: cards to project the difference onto; None for no fleet block.
+        now: the time of the report (tests pin it).
+
+    Raises:
+        ResultError: runs that cannot be combined or are inconsistent.
+    """
+    if not runs:
+        raise ResultError("no run files given")
+    roles = [r.run.role for r in runs]
+    for role in ("baseline", "tuned"):
+        if roles.count(role) > 1:
+            paths = ", ".join(r.path for r in runs if r.run.role == role)
+            raise ResultError(f"more than one run has role '{role}': {paths}")
+    if "baseline" not in roles:
+        raise ResultError("no run has role 'baseline'; the comparison needs one")
+    mismatches = comparability(runs)
+    if mismatches and not allow_mismatch:
+        raise ResultError(
+            "runs are not comparable (use --allow-mismatch to combine them anyway,"
+            " recording the differences):\n  " + "\n  ".join(mismatches)
+        )
+    ordered = sorted(runs, key=lambda r: _ROLE_ORDER[r.run.role])
+    base = next(r for r in ordered if r.run.role == "baseline")
+    ref = base.run
+    figures = {id(r): _figures(r) for r in ordered}
+    base_fig = figures[id(base)]
+    configs = [_config(r, figures[id(r)], base_fig, ref) for r in ordered]
+
+    comp = [
+        compare.ConfigFigures(
+            key=c.key,
+            label=c.label,
+            goodput_tok_s=c.goodput_tok_s,
+            repeat_goodputs_tok_s=tuple(c.repeat_goodputs_tok_s or ()),
+            node_power_kw=c.node_power_kw,
+            accuracy_delta_pts=c.accuracy.delta_pts if c.accuracy is not None else None,
+            accuracy_meaningful=bool(c.accuracy.meaningful) if c.accuracy is not None else True,
+        )
+        for c in configs
+    ]
+    band = compare.variance_band_pct(comp)
+    max_drop = ref.spec.accuracy.max_drop_pts if ref.spec.accuracy is not None else None
+    verdict = compare.verdict(comp, band_pct=band, max_drop_pts=max_drop)
+    hardware = _hardware(ref)
+    fleet: Fleet | None = None
+    if fleet_cards is not None:
+        fleet = compare.fleet_projection(comp, cards=fleet_cards, gpus_per_config=hardware.count)
+
+    spec = filled(ref.spec)
+    power = ref.power
+    power_block = ResultPower(
+        source=power.description if power is not None else "power not measured",
+        kind=ref.spec.power.source,
+        sampling_hz=ref.spec.power.sampling_hz,
+        window=f"{ref.effective.window_s:g} s steady state",
+    )
+    accuracy_block = (
+        ResultAccuracy(suite=ref.spec.accuracy.name, threshold_pts=ref.spec.accuracy.max_drop_pts)
+        if ref.spec.accuracy is not None
+        else None
+    )
+    model = ref.spec.model
+    replicas = f"{model.replicas} replica{'s' if model.replicas != 1 else ''}"
+    reproduce = "\n".join(r.run.command for r in runs) + "\n\n" + report_command
+    draft = ResultFile(
+        id=result_id or slugify(title),
+        status="draft",
+        title=title,
+        published=min(r.run.environment.started_utc for r in runs).date(),
+        summary=_summary(ref, hardware, ordered, verdict.text),
+        hardware=hardware,
+        software=ResultSoftware(
+            engine=ref.spec.engine.name,
+            engine_version=ref.environment.engine_version or ref.spec.engine.version,
+            kernels=ref.spec.engine.kernels,
+        ),
+        model=ResultModel(
+            name=model.name,
+            shape=ref.model_shape or "unknown",
+            quantization=f"{model.weight_dtype.upper()} weights, {model.kv_dtype.upper()} KV cache",
+            parallelism=f"{replicas} \u00d7 TP{model.tensor_parallel}",
+        ),
+        slo=ResultSlo(ttft_p99_ms=ref.spec.slo.ttft_p99_ms, tpot_p99_ms=ref.spec.slo.tpot_p99_ms),
+        workload=ResultWorkload(
+            trace=ref.spec.workload.trace,
+            input_tokens=_tokens_text(
+                ref.spec.workload.input_tokens, ref.spec.workload.trace, "input_tokens"
+            ),
+            output_tokens=_tokens_text(
+                ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
+            ),
+            arrival=_arrival_text(ref.spec),
+        ),
+        power=power_block,
+        accuracy=accuracy_block,
+        runs=min(r.run.effective.repeats for r in runs),
+        variance_band_pct=round(band, 2),
+        fleet=fleet,
+        configs=configs,
+        not_covered=_not_covered(ordered, configs),
+        reproduce=reproduce,
+        spec=spec,
+        schema_version=1,
+        simulated=any(r.run.simulated for r in runs),
+        verdict=verdict,
+        mismatches=mismatches or None,
+        tokenwatt_version=ref.environment.tokenwatt_version,
+        created_utc=now or dt.datetime.now(dt.UTC),
+    )
+    # Published only if the policy, recomputed from the numbers, says so.
+    if not policy.check_result(draft):
+        draft.status = "published"
+    return draft
+
+
+def report_command(
+    run_paths: Sequence[str],
+    *,
+    title: str,
+    result_id: str | None,
+    out: str | None,
+    allow_mismatch: bool,
+    fleet_cards: int | None,
+) -> str:
+    """The ``tokenwatt report`` command line that makes this result, for the reproduce block."""
+    parts = [
+        "tokenwatt",
+        "report",
+        *(shlex.quote(p) for p in run_paths),
+        "--title",
+        quote_arg(title),
+    ]
+    if result_id:
+        parts += ["--id", shlex.quote(result_id)]
+    if out:
+        parts += ["--out", shlex.quote(out)]
+    if allow_mismatch:
+        parts.append("--allow-mismatch")
+    if fleet_cards != 64:
+        parts += ["--fleet-cards", "none" if fleet_cards is None else str(fleet_cards)]
+    return " ".join(parts)
