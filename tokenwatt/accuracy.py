@@ -354,9 +354,7 @@ async def run_accuracy(
                 failed=failed,
             )
         )
-        logger.info(
-            "accuracy seed %d: %d/%d correct, %d failed", seed, correct, spec.limit, failed
-        )
+        logger.info("accuracy seed %d: %d/%d correct, %d failed", seed, correct, spec.limit, failed)
         items.extend(answers)
     scores = [s.score for s in per_seed]
     return AccuracyEvidence(

@@ -38,7 +38,9 @@ def test_last_number_rule_on_solution_bodies(train_rows):
     # solutions that is the answer 7,264 times of 7,473 (97.2%); the misses end with another
     # number ("... 5 hours to read 120 pages.").
     hits = sum(
-        is_correct(extract_answer(r["answer"].rsplit("####", 1)[0]), final_answer_of_solution(r["answer"]))
+        is_correct(
+            extract_answer(r["answer"].rsplit("####", 1)[0]), final_answer_of_solution(r["answer"])
+        )
         for r in train_rows
     )
     assert hits == 7264
@@ -85,9 +87,15 @@ def test_prompt_is_deterministic_per_seed_and_never_uses_the_question(shared):
     )
     pool = [i for i in suite if i.split == "train"]
     q = next(i for i in suite if i.split == "test")
-    a = build_prompt(draw_exemplars(pool, shots=5, seed=0, exclude_questions={q.question}), q.question)
-    b = build_prompt(draw_exemplars(pool, shots=5, seed=0, exclude_questions={q.question}), q.question)
-    c = build_prompt(draw_exemplars(pool, shots=5, seed=1, exclude_questions={q.question}), q.question)
+    a = build_prompt(
+        draw_exemplars(pool, shots=5, seed=0, exclude_questions={q.question}), q.question
+    )
+    b = build_prompt(
+        draw_exemplars(pool, shots=5, seed=0, exclude_questions={q.question}), q.question
+    )
+    c = build_prompt(
+        draw_exemplars(pool, shots=5, seed=1, exclude_questions={q.question}), q.question
+    )
     assert a == b
     assert a != c
     assert a.count("Question: ") == 6
@@ -95,7 +103,9 @@ def test_prompt_is_deterministic_per_seed_and_never_uses_the_question(shared):
     # an exemplar that is the question itself is never drawn
     clash = SuiteItem(id="x", split="train", question=q.question, answer="1", solution="#### 1")
     for seed in range(20):
-        drawn = draw_exemplars([clash, *pool[:5]], shots=5, seed=seed, exclude_questions={q.question})
+        drawn = draw_exemplars(
+            [clash, *pool[:5]], shots=5, seed=seed, exclude_questions={q.question}
+        )
         assert clash not in drawn
     with pytest.raises(InputError, match="usable exemplars"):
         draw_exemplars([clash], shots=1, seed=0, exclude_questions={q.question})
