@@ -17,10 +17,13 @@ A non-zero exit, a time-out, or output without a number is a failed reading (a g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import re
+import signal
 import subprocess
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -151,22 +154,29 @@ class CommandSource(PowerSource):
     def read(self) -> Reading:
         """Run the command and extract the watts."""
         try:
-            proc = subprocess.run(
+            # Own process group: on a time-out the whole pipeline is killed, not only the shell
+            # (a surviving child would hold the output pipe open and hang the sampler).
+            proc = subprocess.Popen(
                 ["/bin/sh", "-c", self.command],
                 env=self._env,
                 stdin=subprocess.DEVNULL,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=self._timeout_s,
-                check=False,
+                start_new_session=True,
             )
+        except OSError as exc:
+            raise PowerError(f"power command could not start: {exc}") from exc
+        try:
+            stdout, stderr = proc.communicate(timeout=self._timeout_s)
         except subprocess.TimeoutExpired as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             raise PowerError(
                 f"power command did not finish within {self._timeout_s:g} s: {self.command}"
             ) from exc
-        except OSError as exc:
-            raise PowerError(f"power command could not start: {exc}") from exc
         if proc.returncode != 0:
-            said = " ".join((proc.stderr or proc.stdout).split())[-300:]
+            said = " ".join((stderr or stdout).split())[-300:]
             raise PowerError(f"power command exited {proc.returncode}: {self.command}: {said}")
-        return Reading(watts=extract_watts(proc.stdout, self.field))
+        return Reading(watts=extract_watts(stdout, self.field))

@@ -228,3 +228,24 @@ def node_exporter(tmp_path: Path) -> Iterator[NodeExporter]:
     exporter.start()
     yield exporter
     exporter.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tests/fakes/fake_nvml.c compiled with gcc: ``current`` and ``old`` (pre-R535) builds."""
+    from tests.fakes import nvml
+
+    try:
+        return nvml.build(tmp_path_factory.mktemp("fake-nvml"))
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        pytest.fail(f"cannot build the fake libnvidia-ml.so.1: {exc} {getattr(exc, 'stderr', '')}")
+
+
+@pytest.fixture
+def fake_nvml(fake_nvml_libs: dict[str, Path], tmp_path: Path):
+    """Runs tests/fakes/nvml_driver.py actions with the fake library and a fresh state file."""
+    from tests.fakes.nvml import FakeNvml
+
+    fake = FakeNvml(fake_nvml_libs, tmp_path / "nvml-state.txt")
+    fake.set_state()
+    return fake

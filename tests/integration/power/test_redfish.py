@@ -56,6 +56,7 @@ def test_sushy_reading_follows_the_bmc_while_sampling(start_redfish):
     assert ev.power_limit_w == 2800.0
 
 
+@pytest.mark.slow
 def test_bmc_going_away_mid_run_leaves_a_gap_and_sampling_resumes(start_redfish):
     peer = start_redfish(watts=500)
     sampler = PowerSampler(build_source(spec(peer.url), env={}), sampling_hz=10)
