@@ -197,8 +197,7 @@ class IpmiSource(PowerSource):
             logger.debug("cipher suite %d refused: %s", suite, last)
             if "does not support DCMI" in str(last):
                 break
-        assert last is not None
-        raise last
+        raise last or PowerError("no lanplus cipher suite to try")
 
     def read(self) -> Reading:
         """One ``dcmi power reading``."""

@@ -262,8 +262,7 @@ class PrometheusSource(PowerSource):
     def read(self) -> Reading:
         """One scrape."""
         samples = self._scrape()
-        power = self._by_gpu(samples, POWER_METRIC, required=True)
-        assert power is not None
+        power = self._by_gpu(samples, POWER_METRIC, required=True) or {}
         for gpu, watts in power.items():
             if not math.isfinite(watts) or watts < 0:
                 raise PowerError(f"{self.url}: {POWER_METRIC} for gpu {gpu} is {watts}")

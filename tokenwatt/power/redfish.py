@@ -82,6 +82,7 @@ class RedfishSource(PowerSource):
         auth: str | None = None,
         ca_file: str | None = None,
         timeout_s: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         """Prepare a client; nothing is sent before :meth:`open`.
 
@@ -95,6 +96,7 @@ class RedfishSource(PowerSource):
             auth: ``basic``, ``session`` or None (session if offered, else basic).
             ca_file: CA bundle for ``verify_tls`` (``SSL_CERT_FILE``); None = system store.
             timeout_s: per-request timeout.
+            transport: an httpx transport to use instead of the network (tests).
         """
         super().__init__()
         parts = urlsplit(url)
@@ -112,6 +114,7 @@ class RedfishSource(PowerSource):
         self.auth_mode = auth
         self._ca_file = ca_file
         self._timeout_s = timeout_s
+        self._transport = transport
         self._client: httpx.Client | None = None
         self._token: str | None = None
         self._session_url: str | None = None
@@ -155,6 +158,7 @@ class RedfishSource(PowerSource):
             follow_redirects=True,
             trust_env=False,
             headers={"Accept": "application/json", "OData-Version": "4.0"},
+            transport=self._transport,
         )
 
     def _transport_error(self, exc: httpx.HTTPError, url: str) -> PowerError:
