@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tokenwatt.schema.result import PowerTracePoint, PowerTraceSummary
-from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample
+from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample, ProbeRecord
 
 __all__ = [
     "GAP_FLAG_FRACTION",
@@ -48,6 +48,7 @@ __all__ = [
     "Window",
     "WindowFigures",
     "apply_window_figures",
+    "confirmed_windows",
     "counter_energy_j",
     "gap_flag",
     "gap_fraction",
@@ -129,6 +130,16 @@ class WindowFigures:
     """Per window, in the order given."""
     samples_in_windows: int
     notes: tuple[str, ...] = field(default=())
+
+
+def confirmed_windows(probes: Sequence[ProbeRecord]) -> tuple[list[Window], int]:
+    """The measurement windows of the given (confirmation) probes and their output tokens.
+
+    Pass the probes of the accepted confirmation (``RunOutcome.confirm_probes``); the tokens
+    are those of their successful window requests, as :func:`window_figures` wants them.
+    """
+    windows = [(p.window_start_ns, p.window_end_ns) for p in probes]
+    return windows, sum(p.output_tokens for p in probes)
 
 
 def methodology_markdown() -> str:

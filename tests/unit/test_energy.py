@@ -253,3 +253,15 @@ def test_methodology_table_names_every_figure():
         assert f"`{name}`" in table
     assert table.count("\n") == len(energy.METHODOLOGY) + 2
     assert math.isclose(energy.GAP_FLAG_FRACTION, 0.10)
+
+
+def test_confirmed_windows_take_the_probes_windows_and_tokens():
+    from tests import factories
+
+    probes = [
+        factories.probe(0, window_start_ns=1 * S, window_end_ns=3 * S, end_ns=4 * S),
+        factories.probe(1, window_start_ns=5 * S, window_end_ns=7 * S, end_ns=8 * S),
+    ]
+    windows, tokens = energy.confirmed_windows(probes)
+    assert windows == [(1 * S, 3 * S), (5 * S, 7 * S)]
+    assert tokens == 640  # 2 x 320 output tokens of successful window requests

@@ -24,7 +24,7 @@ from tokenwatt.power.none import NoneSource
 from tokenwatt.power.prometheus import PrometheusSource
 from tokenwatt.power.redfish import RedfishSource
 from tokenwatt.power.replay import ReplaySource
-from tokenwatt.power.sampler import PowerSampler
+from tokenwatt.power.sampler import PowerSampler, sampler_for_spec
 
 __all__ = [
     "CLOCK_EVENT_REASONS",
@@ -45,4 +45,5 @@ __all__ = [
     "build_source",
     "reason_names",
     "register_source",
+    "sampler_for_spec",
 ]

@@ -16,15 +16,16 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
 from tokenwatt.errors import PowerError
-from tokenwatt.power.base import PowerSource, Reading
+from tokenwatt.power.base import PowerSource, Reading, build_source
 from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample
+from tokenwatt.schema.spec import Spec
 
-__all__ = ["PowerSampler"]
+__all__ = ["PowerSampler", "sampler_for_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -257,3 +258,31 @@ class PowerSampler:
                 (t_ns - closed.start_ns) / 1e9,
                 closed.cause,
             )
+
+
+def sampler_for_spec(
+    spec: Spec,
+    *,
+    default_metrics_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    clock_ns: Clock = time.monotonic_ns,
+) -> PowerSampler:
+    """A sampler (not started) for the spec's power source, GPUs and ``sampling_hz``.
+
+    Args:
+        spec: the whole spec (``power`` and ``hardware.gpus`` are used).
+        default_metrics_url: the simulator's ``/metrics``, for ``prometheus`` without a url.
+        env: where the password variable is read; default ``os.environ``.
+        clock_ns: the load generator's clock.
+
+    Raises:
+        PowerError: the power section cannot be served (see
+            :func:`~tokenwatt.power.base.build_source`).
+    """
+    source = build_source(
+        spec.power,
+        gpu_indices=spec.hardware.gpus,
+        default_metrics_url=default_metrics_url,
+        env=env,
+    )
+    return PowerSampler(source, sampling_hz=float(spec.power.sampling_hz), clock_ns=clock_ns)

@@ -218,7 +218,8 @@ def test_password_comes_from_the_named_variable_and_never_appears_in_errors():
     source = build_source(spec, env={"TW_TEST_BMC_PASS": "hunter2-secret"})
     assert isinstance(source, RedfishSource)
     assert source.root_url == "https://bmc.example"
-    assert "hunter2-secret" not in repr(vars(source).get("description"))
+    assert "hunter2-secret" not in source.description
+    assert "hunter2-secret" not in repr(source)
     with pytest.raises(PowerError) as info:
         build_source(spec, env={})
     assert "$TW_TEST_BMC_PASS" in str(info.value)

@@ -153,3 +153,21 @@ def test_negative_or_nan_readings_are_failed_reads_not_samples():
 def test_sampling_hz_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         PowerSampler(NoneSource(), sampling_hz=0)
+
+
+def test_sampler_for_spec_uses_the_power_section_and_the_clock():
+    from tests import factories
+    from tokenwatt.power import CommandSource, sampler_for_spec
+
+    ticks = iter(range(10**9, 10**12, 10**6))
+    spec = factories.spec(power={"source": "command", "command": "echo 75", "sampling_hz": 20})
+    sampler = sampler_for_spec(spec, clock_ns=lambda: next(ticks))
+    assert isinstance(sampler.source, CommandSource)
+    assert sampler.sampling_hz == 20
+    sampler.start()
+    time.sleep(0.1)
+    ev = sampler.stop()
+    assert ev.samples[0].watts == 75.0
+    # stamped on the injected clock: midpoints of its 1 ms ticks (the real clock is not)
+    assert all(s.t_ns % 500_000 == 0 for s in ev.samples)
+    assert sampler_for_spec(factories.spec()).source.scope == "none"
