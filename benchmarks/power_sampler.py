@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -204,6 +205,7 @@ def peers() -> None:
     finally:
         for name, env in started:
             script(name, "stop", env=env)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
