@@ -258,6 +258,16 @@ class PowerEvidence(StrictModel):
     max_gap_fraction: NonNegFloat | None = Field(
         default=None, description="Largest share of a confirmed window without readings"
     )
+    throttle_monitored: bool = Field(
+        default=False,
+        description="The source reports clock-event (throttle) reasons: an empty list then"
+        " means none active, and zero counts are real zeros",
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="How the figures were obtained where it is not the plain method"
+        " (counter resets, fallbacks, gaps bridged)",
+    )
 
 
 class MbuEvidence(StrictModel):

@@ -400,6 +400,16 @@ class PowerSpec(StrictModel):
     )
     verify_tls: bool = Field(default=False, description="redfish: check the BMC's certificate")
     chassis: str | None = Field(default=None, description="redfish: chassis id; null = discover")
+    auth: Literal["basic", "session"] | None = Field(
+        default=None,
+        description="redfish: 'basic' (user and password on every request) or 'session' (one"
+        " login, then an X-Auth-Token); null = a session if the BMC hands out a token, else basic",
+    )
+    scope: Literal["board", "node"] | None = Field(
+        default=None,
+        description="command: what the command's watts cover, the GPU boards or the whole node;"
+        " null = node",
+    )
     host: str | None = Field(default=None, description="ipmi: BMC host[:port]")
     command: str | None = Field(
         default=None, description="command: a command that prints watts (a number or JSON)"
@@ -431,6 +441,8 @@ class PowerSpec(StrictModel):
             "username": ("redfish", "ipmi"),
             "password_env": ("redfish", "ipmi"),
             "chassis": ("redfish",),
+            "auth": ("redfish",),
+            "scope": ("command",),
             "host": ("ipmi",),
             "command": ("command",),
             "field": ("command",),

@@ -1,0 +1,264 @@
+"""The redfish source against real Redfish servers over HTTPS: sushy-tools' sushy-static (readings
+changed while it runs, the server stopped and restarted mid-run) and nginx serving the same
+mockup with enforced Basic auth and session tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenwatt import energy
+from tokenwatt.errors import PowerError
+from tokenwatt.power import PowerSampler, RedfishSource, build_source
+from tokenwatt.schema.spec import PowerSpec
+
+pytestmark = [pytest.mark.peer, pytest.mark.redfish]
+
+SECRET = "Tw-s3cret-Pa55"
+
+
+def spec(url: str, **kw) -> PowerSpec:
+    return PowerSpec(source="redfish", url=url, sampling_hz=10, **kw)
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_sushy_reading_follows_the_bmc_while_sampling(start_redfish):
+    peer = start_redfish(watts=350)
+    source = build_source(spec(peer.url), env={})
+    sampler = PowerSampler(source, sampling_hz=10)
+    sampler.start()
+    wait_for(lambda: sampler.sample_count >= 3)
+    peer.set_watts(1234.5)
+    wait_for(lambda: sampler.evidence().samples[-1].watts == 1234.5)
+    ev = sampler.stop()
+    watts = [s.watts for s in ev.samples]
+    assert watts[0] == 350.0
+    assert watts[-1] == 1234.5
+    assert set(watts) == {350.0, 1234.5}
+    switch = watts.index(1234.5)
+    assert all(w == 1234.5 for w in watts[switch:])  # no stale value after the change
+    assert ev.gaps == []
+    assert ev.scope == "node"
+    assert (
+        ev.description == "Node power from BMC (Redfish EnvironmentMetrics.PowerWatts, chassis 1)"
+    )
+    assert ev.power_limit_w == 2800.0
+
+
+@pytest.mark.slow
+def test_bmc_going_away_mid_run_leaves_a_gap_and_sampling_resumes(start_redfish):
+    peer = start_redfish(watts=500)
+    sampler = PowerSampler(build_source(spec(peer.url), env={}), sampling_hz=10)
+    sampler.start()
+    wait_for(lambda: sampler.sample_count >= 5)
+    t_down = time.monotonic_ns()
+    peer.stop()
+    wait_for(lambda: sampler.gap_count == 1)
+    time.sleep(0.5)
+    before_restart = sampler.sample_count
+    peer.set_watts(620)
+    t_restart = time.monotonic_ns()
+    peer.start()  # same port, same mockup
+    wait_for(lambda: sampler.sample_count >= before_restart + 5)
+    ev = sampler.stop()
+
+    assert len(ev.gaps) == 1
+    gap = ev.gaps[0]
+    assert "cannot reach the BMC at https://127.0.0.1:" in gap.cause
+    assert "failed reads" in gap.cause
+    assert t_down <= gap.start_ns < gap.end_ns
+    assert gap.end_ns >= t_restart  # closed by the first reading after the restart
+    during = [s for s in ev.samples if gap.start_ns <= s.t_ns < gap.end_ns]
+    assert during == []  # nothing invented while the BMC was away, in particular no zero
+    after = [s.watts for s in ev.samples if s.t_ns >= gap.end_ns]
+    assert after[0] == 620.0
+    assert len(after) >= 5
+    # a window around the outage shows the missing readings
+    figures = energy.window_figures(
+        ev, [(ev.samples[0].t_ns, ev.samples[-1].t_ns)], output_tokens=1
+    )
+    assert figures.max_gap_fraction is not None
+    assert 0.05 < figures.max_gap_fraction < 0.95
+    assert figures.energy_method == "integral"
+
+
+def rewrite(peer, path: str, drop: tuple[str, ...]) -> None:
+    """Serve the chassis without some of its links (atomic, as the server re-reads each GET)."""
+    index = peer.dir / "mockup" / path / "index.json"
+    body = json.loads(index.read_text())
+    for key in drop:
+        body.pop(key, None)
+    tmp = index.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body))
+    tmp.replace(index)
+
+
+def test_classic_power_control_and_power_subsystem_forms(start_redfish):
+    peer = start_redfish(watts=840)
+    rewrite(peer, "Chassis/1", ("EnvironmentMetrics",))
+    classic = build_source(spec(peer.url), env={})
+    with classic:
+        assert classic.read().watts == 840.0
+    assert "Power.PowerControl[0].PowerConsumedWatts" in classic.description
+    assert classic.power_limit_w == 2800.0
+
+    rewrite(peer, "Chassis/1", ("EnvironmentMetrics", "Power"))
+    peer.set_watts(1000)
+    psu = build_source(spec(peer.url), env={})
+    with psu:
+        assert psu.read().watts == 1000.0  # 500 + 500 W input power of the two supplies
+        peer.set_watts(1500)
+        assert psu.read().watts == 1500.0
+    assert "input power of 2 of 2 power supplies" in psu.description
+
+    rewrite(peer, "Chassis/1", ("EnvironmentMetrics", "Power", "PowerSubsystem"))
+    with pytest.raises(PowerError, match="no chassis at the BMC .* links a power resource"):
+        build_source(spec(peer.url), env={}).open()
+
+
+def test_chassis_is_chosen_by_id_and_a_wrong_one_is_named(start_redfish):
+    peer = start_redfish()
+    with build_source(spec(peer.url + "/redfish/v1", chassis="1"), env={}) as source:
+        assert source.read().watts == 350.0
+        assert source.chassis_path == "/redfish/v1/Chassis/1"
+    with pytest.raises(
+        PowerError, match=r"chassis 'System.Embedded.1' not found .*chassis there: 1\)"
+    ):
+        build_source(spec(peer.url, chassis="System.Embedded.1"), env={}).open()
+
+
+def test_self_signed_certificate_with_and_without_verify_tls(start_redfish):
+    peer = start_redfish()
+    # verify_tls true against the system store: refused, with what to do
+    with pytest.raises(PowerError) as info:
+        build_source(spec(peer.url, verify_tls=True), env={}).open()
+    message = str(info.value)
+    assert "is not trusted" in message
+    assert "verify_tls: false" in message
+    assert "SSL_CERT_FILE" in message
+    # verify_tls true with the BMC's CA given explicitly: accepted
+    trusted = build_source(
+        spec(peer.url, verify_tls=True), env={"SSL_CERT_FILE": str(peer.ca_file)}
+    )
+    with trusted:
+        assert trusted.read().watts == 350.0
+    # verify_tls false: accepted whatever the environment says
+    lax = build_source(spec(peer.url, verify_tls=False), env={"SSL_CERT_FILE": "/nonexistent"})
+    with lax:
+        assert lax.read().watts == 350.0
+
+
+def test_plain_http_bmc(start_redfish):
+    peer = start_redfish(tls=False, watts=111)
+    assert peer.url.startswith("http://")
+    with build_source(spec(peer.url), env={}) as source:
+        assert source.read().watts == 111.0
+
+
+# -- nginx: enforced credentials and sessions -------------------------------------------------------
+
+
+def creds(url: str, *, auth=None, **kw) -> PowerSpec:
+    return spec(url, username="admin", password_env="TW_BMC_PASS", auth=auth, **kw)
+
+
+def test_basic_auth_against_nginx(start_redfish):
+    peer = start_redfish(server="nginx", password=SECRET, watts=777)
+    source = build_source(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": SECRET})
+    with source:
+        assert source.read().watts == 777.0
+        assert source._token is None  # every request carried Basic credentials
+
+
+def test_session_token_against_nginx_and_login_again_when_it_expires(start_redfish):
+    peer = start_redfish(server="nginx", password=SECRET, watts=640)
+    source = build_source(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET})
+    with source:
+        assert source._token == "tw-session-token-1"
+        assert source._use_basic is False
+        assert source.read().watts == 640.0
+        source._token = "expired-token"  # the BMC forgot the session: 401, log in again
+        peer.set_watts(650)
+        assert source.read().watts == 650.0
+        assert source._token == "tw-session-token-1"
+    # close() deleted the session (nginx logs the DELETE)
+    access = (peer.dir / "nginx" / "access.log").read_text()
+    assert '"DELETE /redfish/v1/SessionService/Sessions/1' in access
+
+
+def test_auto_auth_uses_a_session_where_offered_and_basic_where_not(start_redfish):
+    nginx = start_redfish(server="nginx", password=SECRET)
+    with build_source(creds(nginx.url), env={"TW_BMC_PASS": SECRET}) as source:
+        assert source._token == "tw-session-token-1"
+    sushy = start_redfish()  # answers the login with 204 and no token
+    with build_source(creds(sushy.url), env={"TW_BMC_PASS": SECRET}) as source:
+        assert source._token is None
+        assert source._use_basic is True
+        assert source.read().watts == 350.0
+
+
+def test_wrong_credentials_give_a_clear_error_and_the_secret_goes_nowhere(
+    start_redfish, caplog, tmp_path: Path
+):
+    peer = start_redfish(server="nginx", password=SECRET)
+    wrong = "Wr0ng-" + SECRET
+    log_file = tmp_path / "tokenwatt.log"
+    handler = logging.FileHandler(log_file)
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    caplog.set_level(logging.DEBUG)  # every logger, httpx and httpcore included
+    try:
+        source = build_source(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": wrong})
+        with pytest.raises(PowerError) as info:
+            PowerSampler(source, sampling_hz=10).start()
+        # the same with a good password that the BMC stops accepting mid-run: a gap, not a crash
+        good = build_source(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": SECRET})
+        sampler = PowerSampler(good, sampling_hz=10)
+        sampler.start()
+        wait_for(lambda: sampler.sample_count >= 2)
+        good._password = wrong
+        wait_for(lambda: sampler.gap_count == 1)
+        ev = sampler.stop()
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+    message = str(info.value)
+    assert message.startswith(f"401 from BMC at {peer.url}/redfish/v1/")
+    assert "for user 'admin': check $TW_BMC_PASS" in message
+    assert ev.gaps[0].cause.startswith("401 from BMC")
+    (tmp_path / "evidence.json").write_text(ev.model_dump_json())
+    (tmp_path / "error.txt").write_text(message + repr(info.value.__cause__))
+
+    forms = [s.encode() for s in (SECRET, wrong)]
+    forms += [base64.b64encode(f"admin:{s}".encode()) for s in (SECRET, wrong)]
+    texts = [caplog.text.encode()] + [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
+    assert caplog.records  # the check below looks at something
+    assert log_file.stat().st_size > 0
+    for text in texts:
+        for form in forms:
+            assert form not in text
+
+
+def test_missing_credentials_are_refused_with_advice(start_redfish):
+    peer = start_redfish(server="nginx", password=SECRET)
+    with pytest.raises(PowerError, match="401 from BMC .* for user None"):
+        build_source(spec(peer.url), env={}).open()
+
+
+def test_unreachable_bmc_is_a_setup_error(start_redfish):
+    peer = start_redfish()
+    peer.stop()
+    with pytest.raises(PowerError, match="cannot reach the BMC at https://127.0.0.1"):
+        RedfishSource(url=peer.url).open()

@@ -1,0 +1,194 @@
+"""Hardware inventory: the GPUs in use as NVML reports them, and their rated memory bandwidth.
+
+Read per GPU in use (``hardware.gpus``, else all): name, UUID, memory, enforced power limit,
+memory bus width and maximum memory clock; plus the driver version. Nothing is changed.
+
+Rated bandwidth per GPU, first that applies (the source is reported with the figure):
+
+1. ``hardware.rated_bw_tbs_per_gpu`` from the spec: the user's figure wins;
+2. the GPU-name table (:func:`tokenwatt.gpus.preset_for_device_name`, vendor datasheets);
+3. NVML clocks: 2 × max memory clock × bus width / 8
+   (:func:`tokenwatt.gpus.rated_bandwidth_from_clocks_tbs`), for GPUs the table lacks.
+
+When the table and the clocks disagree by more than 10 %, a note says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tokenwatt.errors import PowerError
+from tokenwatt.gpus import preset_for_device_name, rated_bandwidth_from_clocks_tbs
+from tokenwatt.power.board import check_gpu_indices, nvml_session
+from tokenwatt.schema.run import GpuInfo
+from tokenwatt.schema.spec import HardwareSpec
+
+__all__ = ["Inventory", "rated_bandwidth", "read_inventory"]
+
+logger = logging.getLogger(__name__)
+
+_NVML_CLOCK_MEM = 2
+_CROSS_CHECK_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the machine says about its GPUs, with the rated bandwidth and its source."""
+
+    source: Literal["nvml", "none"]
+    """Where the GPU list comes from (``none``: not read; only spec values)."""
+    driver: str | None
+    gpus: list[GpuInfo]
+    accelerator: str | None
+    """Name of the GPUs in use (the first one's, when they differ)."""
+    vendor: str | None
+    rated_bw_tbs_per_gpu: float | None
+    rated_bw_source: str | None
+    """``spec``, ``GPU-name table (<datasheet>)`` or ``NVML clocks (<MHz> MHz x <bits> bit)``."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rated_bw_tbs_total(self) -> float | None:
+        """Rated bandwidth of all the GPUs in use, TB/s (per GPU × count)."""
+        if self.rated_bw_tbs_per_gpu is None:
+            return None
+        return self.rated_bw_tbs_per_gpu * max(1, len(self.gpus))
+
+
+def rated_bandwidth(
+    *, spec_tbs: float | None, gpus: Sequence[GpuInfo]
+) -> tuple[float | None, str | None, list[str]]:
+    """Rated bandwidth per GPU, its source, and notes (pure).
+
+    Args:
+        spec_tbs: ``hardware.rated_bw_tbs_per_gpu``.
+        gpus: the GPUs in use, as read.
+    """
+    notes: list[str] = []
+    first = gpus[0] if gpus else None
+    clocks_tbs: float | None = None
+    if first is not None and first.max_memory_clock_mhz and first.memory_bus_width_bits:
+        clocks_tbs = rated_bandwidth_from_clocks_tbs(
+            first.max_memory_clock_mhz, first.memory_bus_width_bits
+        )
+    preset = preset_for_device_name(first.name) if first is not None else None
+    if len({g.name for g in gpus}) > 1:
+        notes.append(
+            "the GPUs in use differ ("
+            + ", ".join(sorted({g.name for g in gpus}))
+            + f"); rated bandwidth is the first one's ({first.name if first else '?'})"
+        )
+    if preset is not None and clocks_tbs is not None:
+        gap = abs(clocks_tbs - preset.mem_bw_tbs) / preset.mem_bw_tbs
+        if gap > _CROSS_CHECK_TOLERANCE:
+            notes.append(
+                f"NVML clocks give {clocks_tbs:.2f} TB/s per GPU, the table {preset.mem_bw_tbs}"
+                f" TB/s ({gap:.0%} apart)"
+            )
+    if spec_tbs is not None:
+        return spec_tbs, "spec", notes
+    if preset is not None:
+        return preset.mem_bw_tbs, f"GPU-name table ({preset.source})", notes
+    if clocks_tbs is not None and first is not None:
+        return (
+            clocks_tbs,
+            f"NVML clocks ({first.max_memory_clock_mhz} MHz x {first.memory_bus_width_bits} bit)",
+            notes,
+        )
+    if gpus:
+        notes.append(f"no rated bandwidth known for {first.name if first else '?'}")
+    return None, None, notes
+
+
+def _optional(call: Any, *args: Any) -> Any:
+    """An NVML query that some GPUs do not support: None instead of an error."""
+    import pynvml
+
+    try:
+        return call(*args)
+    except pynvml.NVMLError as exc:
+        logger.debug("%s: %s", getattr(call, "__name__", call), exc)
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read_gpu(nvml: Any, index: int) -> GpuInfo:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = _text(nvml.nvmlDeviceGetName(handle))
+    except nvml.NVMLError as exc:
+        raise PowerError(f"GPU {index}: NVML cannot read it: {exc}") from exc
+    uuid = _optional(nvml.nvmlDeviceGetUUID, handle)
+    memory = _optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+    limit_mw = _optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    if limit_mw is None:
+        limit_mw = _optional(nvml.nvmlDeviceGetPowerManagementLimit, handle)
+    bus = _optional(nvml.nvmlDeviceGetMemoryBusWidth, handle)
+    clock = _optional(nvml.nvmlDeviceGetMaxClockInfo, handle, _NVML_CLOCK_MEM)
+    return GpuInfo(
+        index=index,
+        name=name,
+        uuid=_text(uuid) if uuid is not None else None,
+        memory_total_mib=memory.total / 2**20 if memory is not None else None,
+        power_limit_w=int(limit_mw) / 1000.0 if limit_mw is not None else None,
+        memory_bus_width_bits=int(bus) if bus is not None else None,
+        max_memory_clock_mhz=int(clock) if clock is not None else None,
+    )
+
+
+def read_inventory(hardware: HardwareSpec, *, strict: bool = False) -> Inventory:
+    """The GPUs in use, the driver and the rated bandwidth (spec values win).
+
+    Args:
+        hardware: the spec's ``hardware`` section.
+        strict: raise when NVML cannot be read; by default the inventory then holds only the
+            spec's values and a note saying why.
+
+    Raises:
+        PowerError: with ``strict``, or when ``hardware.gpus`` names a GPU NVML does not see.
+    """
+    notes: list[str] = []
+    gpus: list[GpuInfo] = []
+    driver: str | None = None
+    source: Literal["nvml", "none"] = "none"
+    if hardware.adapter == "nvidia":
+        listed = False
+        try:
+            with nvml_session() as nvml:
+                try:
+                    driver = _text(nvml.nvmlSystemGetDriverVersion())
+                    count = int(nvml.nvmlDeviceGetCount())
+                except nvml.NVMLError as exc:
+                    raise PowerError(f"NVML cannot list the GPUs: {exc}") from exc
+                listed = True
+                indices = check_gpu_indices(hardware.gpus, count)
+                gpus = [_read_gpu(nvml, i) for i in indices]
+                source = "nvml"
+        except PowerError as exc:
+            # NVML missing is a fact to report; a spec naming absent GPUs is the user's error.
+            if strict or listed:
+                raise
+            notes.append(f"GPU inventory not read: {exc}")
+            logger.warning("GPU inventory not read: %s", exc)
+    else:
+        notes.append(f"hardware.adapter is {hardware.adapter!r}: GPUs not read through NVML")
+    bw, bw_source, bw_notes = rated_bandwidth(spec_tbs=hardware.rated_bw_tbs_per_gpu, gpus=gpus)
+    accelerator = gpus[0].name if gpus else None
+    preset = preset_for_device_name(accelerator) if accelerator else None
+    vendor = preset.vendor if preset else ("NVIDIA" if gpus else None)
+    return Inventory(
+        source=source,
+        driver=driver,
+        gpus=gpus,
+        accelerator=accelerator,
+        vendor=vendor,
+        rated_bw_tbs_per_gpu=bw,
+        rated_bw_source=bw_source,
+        notes=notes + bw_notes,
+    )
