@@ -172,10 +172,12 @@ def hostile_data(seed_path: Path) -> dict[str, Any]:
     """The seed with markup and Markdown in every free-text field a page shows."""
     data = copy.deepcopy(seed_data(seed_path))
     data["id"] = "hostile-labels"
-    data["title"] = "Hostile <script>alert('title')</script> *title*"
+    data["title"] = "Hostile </title><script>alert('title')</script> *title*"
     data["summary"] = "Summary with <b>bold</b> and [a link](javascript:alert(1)) {: onclick=x}"
     data["configs"][0]["label"] = "<script>alert('label')</script>"
     data["configs"][1]["label"] = "tuned | pipe `code` _under_"
+    # A goodput that sorts first as a number but last as text ("999.5" > "4,516.4").
+    data["configs"][1]["goodput_tok_s"] = 999.5
     data["configs"][2]["engine"] = "<img src=x onerror=alert(1)>"
     data["hardware"]["host"] = "# not a heading\n\n- not a list"
     data["not_covered"] = ["<script>alert('caveat')</script>", "![img](http://example.com/x.png)"]

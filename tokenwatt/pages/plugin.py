@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
@@ -24,6 +25,7 @@ from mkdocs.config import config_options as c
 from mkdocs.config.base import Config
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
+from mkdocs.livereload import LiveReloadServer
 from mkdocs.plugins import BasePlugin
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
@@ -170,6 +172,15 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
             files.append(generated)
         logger.info("tokenwatt: %d result page(s) generated", len(self.views))
         return files
+
+    def on_serve(
+        self, server: LiveReloadServer, /, *, config: MkDocsConfig, builder: Callable[[], None]
+    ) -> LiveReloadServer | None:
+        """Rebuild when a result file or a template changes under ``mkdocs serve``."""
+        if self.config.enabled:
+            server.watch(self.config.results_dir)
+            server.watch(self.config.templates_dir)
+        return server
 
     def on_page_markdown(
         self, markdown: str, /, *, page: Page, config: MkDocsConfig, files: Files
