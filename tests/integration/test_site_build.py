@@ -186,7 +186,19 @@ def test_full_result_page(site, seed_path):
     assert "576,900 J (0.160 kWh, counter)" in text
     assert "4,880 tok/s, 4,890 tok/s, 4,900 tok/s" in text
     assert "61 samples: min 629 W, mean 641 W, max 653 W, 0 gaps" in text
-    assert "18.6 req/s" in text
+    assert "19.6 req/s" in text
+    probes = doc.find("details", cls="info")
+    assert "open" not in probes.attrs
+    rows = [[td.words() for td in tr.find_all("td")] for tr in probes.find_all("tr")[1:]]
+    assert len(rows) == sum(len(c["probes"]) for c in data["configs"])
+    assert rows[5][4:] == [
+        "386.5 ms / unbounded",
+        "44.8 ms / 74.7 ms",
+        "4,515 tok/s",
+        "12",
+        "fail",
+        "0.4 ms",
+    ]
 
 
 # -- the index -----------------------------------------------------------------------------------
