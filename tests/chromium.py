@@ -120,14 +120,18 @@ class Chromium:
         cmd_read, self._cmd_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         args = [binary, *FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-pipe"]
+        # A file, not a pipe: nobody reads Chromium's log while it runs, and a full pipe blocks it.
+        self._log = Path(tempfile.mkstemp(prefix="tw-chromium-", suffix=".log")[1])
+        log = self._log.open("wb")
         # The shell puts the pipe ends on fds 3 and 4, where Chromium expects them.
         self._proc = subprocess.Popen(
             ["bash", "-c", f'exec "$@" 3<&{cmd_read} 4>&{reply_write}', "chromium", *args],
             pass_fds=(cmd_read, reply_write),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
         )
+        log.close()
         os.close(cmd_read)
         os.close(reply_write)
         try:
@@ -151,8 +155,7 @@ class Chromium:
             for fd in (self._cmd_write, self._reply_read):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            if self._proc.stderr is not None:
-                self._proc.stderr.close()
+            self._log.unlink(missing_ok=True)
             shutil.rmtree(self._profile, ignore_errors=True)
 
     # -- protocol ------------------------------------------------------------------------------
@@ -170,7 +173,7 @@ class Chromium:
                 continue
             chunk = os.read(self._reply_read, 1 << 20)
             if not chunk:
-                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+                err = self._log.read_text(errors="replace")[-2000:]
                 raise ChromiumError(f"Chromium closed the pipe (exit {self._proc.poll()}): {err}")
             self._buffer += chunk
         raw, self._buffer = self._buffer.split(b"\0", 1)
