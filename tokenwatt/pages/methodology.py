@@ -22,16 +22,15 @@ from tokenwatt.errors import TokenwattError
 __all__ = ["SECTIONS", "MethodologySection", "Table", "methodology_sections", "render_methodology"]
 
 SECTIONS: tuple[tuple[str, str], ...] = (
+    ("Request metrics and the SLO", "tokenwatt.metrics"),
+    ("Sweep", "tokenwatt.sweep"),
+    ("Power and energy", "tokenwatt.energy"),
     ("Accuracy gate", "tokenwatt.accuracy"),
+    ("Variance band and verdict", "tokenwatt.compare"),
     ("Rated memory bandwidth", "tokenwatt.gpus"),
     ("Publishing policy", "tokenwatt.policy"),
 )
-"""(section title, module whose docstring defines it), in page order.
-
-Modules still to add as they land: ("Request metrics and the SLO", "tokenwatt.metrics"),
-("Sweep", "tokenwatt.sweep"), ("Memory-bandwidth utilisation (MBU)", "tokenwatt.mbu"),
-("Power and energy", "tokenwatt.energy"), ("Variance band and verdict", "tokenwatt.compare").
-"""
+"""(section title, module whose docstring defines it), in page order."""
 
 
 @dataclass(frozen=True)
