@@ -415,6 +415,10 @@ def atomic_write_text(path: Path, text: str, *, spec: Spec | None = None) -> Non
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     tmp = Path(tmp_name)
     try:
+        # mkstemp creates the file 0600; give it the mode a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

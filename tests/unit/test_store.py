@@ -20,6 +20,16 @@ def test_save_and_load_run_round_trip(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["a.json"]
 
 
+def test_written_files_get_the_umask_mode_not_0600(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "a.json"
+        store.save_run(factories.run(), path)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 def test_infinite_latency_survives_json(tmp_path):
     probe = factories.probe(ttft_ms=factories.stats(float("inf")), slo_pass=False)
     run = factories.run(probes=[probe])
