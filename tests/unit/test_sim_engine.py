@@ -98,7 +98,8 @@ def _p99(values: list[float]) -> float:
 
 def _run(cfg: EngineConfig, rate: float, *, duration_s: float = 60.0, warmup_s: float = 10.0):
     """Offered and delivered tok/s over a window, p99 TPOT and TTFT of the window's requests."""
-    core, records = simulate(cfg, _arrivals(rate, duration_s))
+    run = simulate(cfg, _arrivals(rate, duration_s))
+    core, records = run.core, run.requests
     end = duration_s - 5
     window = [(a, t) for a, t in records if warmup_s <= a.t_s < end]
     offered = sum(a.output_tokens for a, _ in window) / (end - warmup_s)
@@ -178,7 +179,8 @@ def test_kv_cache_full_preempts_and_everything_finishes(shared: Path):
     )
     assert 5000 < cfg.kv_capacity_tokens < 7000
     arrivals = [Arrival(0.001 * i, 1000, 400) for i in range(12)]
-    core, records = simulate(cfg, arrivals)
+    run = simulate(cfg, arrivals)
+    core, records = run.core, run.requests
     assert core.stats.preemptions > 0
     assert all(len(times) == 400 for _, times in records)
     assert core.free_blocks == cfg.num_blocks  # every block came back
@@ -239,7 +241,8 @@ def test_power_meter_integrates_energy():
 
 def test_ground_truth_counters_add_up(shared: Path):
     cfg = config(shared, "Qwen__Qwen3-30B-A3B-FP8")
-    core, records = simulate(cfg, [Arrival(0.0, 100, 10), Arrival(0.0, 200, 20)])
+    run = simulate(cfg, [Arrival(0.0, 100, 10), Arrival(0.0, 200, 20)], snapshot_at=[0.0, 99.0])
+    core = run.core
     st = core.stats
     assert st.generation_tokens == 30
     assert st.prompt_tokens == 300
@@ -249,3 +252,9 @@ def test_ground_truth_counters_add_up(shared: Path):
     assert st.ttft.count == 2
     assert st.e2e.count == 2
     assert st.itl.count == 28
+    first, last = run.snapshots
+    assert first.steps == 0
+    assert first.read_bytes == 0.0
+    assert last.steps == st.steps
+    assert last.generation_tokens == 30
+    assert last.energy_j > 99.0 * 70.0  # at least idle power over the whole 99 s

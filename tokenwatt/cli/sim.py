@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from tokenwatt.geometry import DTYPE_BITS
 from tokenwatt.gpus import GPU_PRESETS
 from tokenwatt.schema.base import KvDtype
 from tokenwatt.schema.spec import GeometryOverrides, SimSpec
+from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import SimSettings, settings_from_spec
 from tokenwatt.sim.server import SimApp, serve
 
@@ -146,14 +148,31 @@ def _exit_with_stdin() -> None:
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
+class _Stop(Exception):
+    """SIGTERM arrived: leave quietly."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Stop
+
+
 def run(args: argparse.Namespace) -> int:
-    """Serve until Ctrl-C or SIGTERM."""
+    """Serve until Ctrl-C or SIGTERM (both a normal way to stop: exit 0)."""
     settings = settings_from_args(args)
     config = settings.build()
     root = str(settings.model_config) if settings.model_config else settings.model_name
     app = SimApp(config, served_model_name=settings.model_name, model_root=root)
     if args.exit_with_stdin:
         _exit_with_stdin()
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal with the
+    # previous handlers back in place: these make that a clean exit instead of a kill.
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    with contextlib.suppress(KeyboardInterrupt, _Stop):
+        _serve(args, app, config)
+    return 0
+
+
+def _serve(args: argparse.Namespace, app: SimApp, config: EngineConfig) -> None:
     if args.ready_fd is None:
         err = err_console()
         err.print(
@@ -171,4 +190,3 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve(app, host=args.host, port=args.port, on_ready=ready))
     else:
         asyncio.run(serve(app, host=args.host, port=args.port, ready_fd=args.ready_fd))
-    return 0

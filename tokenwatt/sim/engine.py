@@ -47,12 +47,15 @@ from tokenwatt.sim.power import (
 )
 
 __all__ = [
+    "Arrival",
     "EngineConfig",
     "EngineCore",
     "EngineLoop",
     "EngineStats",
     "Listener",
+    "OfflineRun",
     "SimRequest",
+    "Snapshot",
     "StepPlan",
     "simulate",
 ]
@@ -71,7 +74,7 @@ DEFAULT_STEP_OVERHEAD_MS = 2.0
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.32's default
 DEFAULT_RESERVE_GB = 4.0  # activations, CUDA graphs, workspaces: not KV cache
 BUSY_POWER_FRACTION = 0.35
-MEMORY_POWER_FRACTION = 0.70
+MEMORY_POWER_FRACTION = 0.65
 COMPUTE_POWER_FRACTION = 0.80
 BLOCK_SIZE = 16
 
@@ -351,6 +354,8 @@ class EngineStats:
     iteration_tokens: Histogram = field(default_factory=lambda: Histogram(_TOKEN_BUCKETS))
     lag: Histogram = field(default_factory=lambda: Histogram(_LAG_BUCKETS))
     lag_max_s: float = 0.0
+    lost_s: float = 0.0
+    """Time the real-time loop skipped because it fell too far behind."""
     stream_lag: Histogram = field(default_factory=lambda: Histogram(_LAG_BUCKETS))
 
     @property
@@ -588,7 +593,8 @@ class EngineLoop:
     Steps follow each other back to back on a virtual timeline that starts at the wall clock
     when work arrives; the loop sleeps until each step's end and then applies it. How late it
     wakes is the scheduling lag: small lag means the simulator keeps real time. If it falls more
-    than ``max_catchup_s`` behind, the timeline is moved forward (the lost time counts as lag).
+    than ``max_catchup_s`` behind, the timeline is moved forward: the skipped time counts as
+    lag, and as lost time (``EngineStats.lost_s``).
     """
 
     def __init__(
@@ -638,7 +644,15 @@ class EngineLoop:
                 await self._wake.wait()
                 continue
             now = self.clock()
-            start = now if t_next is None else max(t_next, now - self.max_catchup_s)
+            start = now if t_next is None else t_next
+            behind = now - start
+            if behind > self.max_catchup_s:
+                # Too far behind to catch up by running steps back to back: move the timeline.
+                # The skipped time is lag, and lost (the simulated GPU idled through it).
+                stats.lag.observe(behind)
+                stats.lag_max_s = max(stats.lag_max_s, behind)
+                stats.lost_s += behind - self.max_catchup_s
+                start = now - self.max_catchup_s
             plan = core.schedule(start)
             if plan is None:
                 # Work that cannot be scheduled yet (should not happen: admission checks sizes).
@@ -681,19 +695,71 @@ class _Record:
         self.times.append(t_s)
 
 
-def simulate(
-    config: EngineConfig, arrivals: Iterable[Arrival], *, until_s: float | None = None
-) -> tuple[EngineCore, list[tuple[Arrival, list[float]]]]:
-    """Run the engine in virtual time over ``arrivals`` (sorted by time).
+@dataclass(frozen=True)
+class Snapshot:
+    """Ground-truth counters at one instant of an offline run."""
 
-    Returns the core (its stats are the ground truth) and, per arrival, its token times.
+    t_s: float
+    energy_j: float
+    """Energy of all GPUs since the start."""
+    read_bytes: float
+    steps: int
+    busy_s: float
+    running_seq_s: float
+    decode_seq_s: float
+    throttled_s: float
+    generation_tokens: int
+
+
+@dataclass
+class OfflineRun:
+    """What :func:`simulate` returns."""
+
+    core: EngineCore
+    requests: list[tuple[Arrival, list[float]]]
+    """Each arrival with the times of its tokens."""
+    snapshots: list[Snapshot]
+    """Counters at the first step boundary at or after each requested time."""
+
+
+def _snapshot(core: EngineCore, t_s: float) -> Snapshot:
+    st = core.stats
+    return Snapshot(
+        t_s=t_s,
+        energy_j=core.meter.energy_j(t_s) * core.config.tensor_parallel,
+        read_bytes=st.read_bytes,
+        steps=st.steps,
+        busy_s=st.busy_s,
+        running_seq_s=st.running_seq_s,
+        decode_seq_s=st.decode_seq_s,
+        throttled_s=st.throttled_s,
+        generation_tokens=st.generation_tokens,
+    )
+
+
+def simulate(
+    config: EngineConfig,
+    arrivals: Iterable[Arrival],
+    *,
+    until_s: float | None = None,
+    snapshot_at: Iterable[float] = (),
+) -> OfflineRun:
+    """Run the engine in virtual time over ``arrivals``.
+
+    Requests join at the first step boundary at or after their arrival, as in the real-time
+    loop; when the engine idles, time jumps to the next arrival.
     """
     core = EngineCore(config)
     pending = deque(sorted(arrivals, key=lambda a: a.t_s))
+    marks = deque(sorted(snapshot_at))
+    snaps: list[Snapshot] = []
     out: list[tuple[Arrival, list[float]]] = []
     t = 0.0
     rid = 0
     while pending or core.has_work:
+        while marks and marks[0] <= t:
+            marks.popleft()
+            snaps.append(_snapshot(core, t))
         if until_s is not None and t >= until_s:
             break
         while pending and pending[0].t_s <= t:
@@ -718,6 +784,8 @@ def simulate(
             continue
         core.finish(plan, plan.end_s)
         t = plan.end_s
+    while marks:
+        snaps.append(_snapshot(core, max(t, marks.popleft())))
     if not math.isfinite(t):
         raise RuntimeError("virtual clock overflow")
-    return core, out
+    return OfflineRun(core=core, requests=out, snapshots=snaps)

@@ -240,11 +240,13 @@ class SimProcess:
                     return int(data.strip())
             elif self._proc is not None and self._proc.poll() is not None:
                 break
-        self.stop()
-        raise EndpointError(
-            f"the simulator did not start (exit {self._proc.returncode if self._proc else '?'});"
-            f" its log ({self._log_path}) ends:\n{self._log_tail()}"
+        code = self._proc.poll() if self._proc is not None else None
+        message = (
+            f"the simulator did not start (exit {code}); its log ({self._log_path}) ends:\n"
+            f"{self._log_tail()}"
         )
+        self.stop()
+        raise EndpointError(message)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -258,11 +260,12 @@ class SimProcess:
             if self._proc is not None and self._proc.poll() is not None:
                 break
             time.sleep(0.05)
-        self.stop()
-        raise EndpointError(
-            f"the simulator at {self.url} did not become healthy ({last}); its log ends:\n"
-            f"{self._log_tail()}"
+        message = (
+            f"the simulator at {self.url} did not become healthy ({last}); its log"
+            f" ({self._log_path}) ends:\n{self._log_tail()}"
         )
+        self.stop()
+        raise EndpointError(message)
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
         """Stop the child (SIGTERM, then SIGKILL) and remove its log if it was a temp file."""

@@ -750,6 +750,12 @@ class SimApp:
             {},
         )
         w.simple(
+            "tokenwatt_sim_lost_seconds_total",
+            "counter",
+            "Time the engine timeline skipped because the process fell behind real time, s.",
+            st.lost_s,
+        )
+        w.simple(
             "tokenwatt_sim_scheduling_lag_max_seconds",
             "gauge",
             "Largest scheduling lag since start, s.",
