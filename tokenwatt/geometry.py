@@ -38,16 +38,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tokenwatt.errors import InputError
-from tokenwatt.schema.spec import GeometryOverrides
+from tokenwatt.schema.spec import GeometryOverrides, Spec
 
 __all__ = [
     "DTYPE_BITS",
     "ModelGeometry",
     "StepBytes",
     "expected_unique_experts",
+    "geometry_for_spec",
     "geometry_from_config",
     "load_geometry",
     "sum_min_context",
@@ -490,6 +491,43 @@ class ModelGeometry:
             per * sum_min_context(start, count, window) for window, per in self._attention_groups
         )
 
+    @property
+    def shape(self) -> Literal["Dense", "MoE"]:
+        """``"MoE"`` or ``"Dense"``, as result pages write it."""
+        return "MoE" if self.is_moe else "Dense"
+
+    @property
+    def identity(self) -> str:
+        """The architecture in one line, without storage types.
+
+        Equal for two runs that served the same model, whatever their weight or KV dtypes.
+        """
+        parts = [
+            f"{self.model_type}: {self.num_layers} layers",
+            f"hidden {self.hidden_size}",
+            f"heads {self.num_attention_heads}/{self.num_kv_heads}x{self.head_dim}",
+            f"vocab {self.vocab_size}",
+        ]
+        if self.num_dense_layers:
+            parts.append(f"FFN {self.intermediate_size}")
+        if self.is_moe:
+            moe = (
+                f"{self.num_moe_layers} MoE layers: {self.num_experts} experts, top"
+                f" {self.experts_per_token}, width {self.moe_intermediate_size}"
+            )
+            if self.shared_expert_intermediate_size:
+                moe += f", shared {self.shared_expert_intermediate_size}"
+            parts.append(moe)
+        if self.is_mla:
+            parts.append(f"MLA latent {self.kv_lora_rank}+{self.qk_rope_head_dim}")
+        if self.sliding_windows:
+            windows = "/".join(str(w) for w in sorted(self.sliding_windows))
+            layers = sum(a.window is not None for a in self.attention)
+            parts.append(f"sliding {windows} on {layers}")
+        if self.tie_word_embeddings:
+            parts.append("tied embeddings")
+        return ", ".join(parts)
+
     def describe(self) -> str:
         """One line for logs and pages."""
         shape = "MoE" if self.is_moe else "dense"
@@ -801,4 +839,24 @@ def load_geometry(
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
         name=name,
+    )
+
+
+def geometry_for_spec(spec: Spec, spec_path: Path) -> ModelGeometry:
+    """The geometry a spec describes: its config, geometry overrides and storage types.
+
+    ``model.config`` is resolved from the spec's folder. A ``weight_dtype`` or ``kv_dtype`` the spec does not set is left to the config (its
+    ``quantization_config``, else ``torch_dtype``), exactly as the simulator reads it, so the
+    MBU estimate and the simulator agree on the bytes.
+    """
+    from tokenwatt.store import resolve_relative
+
+    model = spec.model
+    config = resolve_relative(spec_path, model.config) if model.config else None
+    return load_geometry(
+        config,
+        overrides=model.geometry,
+        weight_dtype=model.weight_dtype if "weight_dtype" in model.model_fields_set else None,
+        kv_dtype=model.kv_dtype if "kv_dtype" in model.model_fields_set else None,
+        name=model.name,
     )

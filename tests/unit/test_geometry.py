@@ -268,3 +268,28 @@ def test_experts_without_top_k_is_an_error():
     }
     with pytest.raises(InputError, match="num_experts_per_tok"):
         geometry_from_config(cfg)
+
+
+def test_shape_and_identity_ignore_storage_types(shared: Path):
+    bf16 = load_geometry(model_config(shared, "Qwen__Qwen3-30B-A3B"))
+    fp8 = load_geometry(model_config(shared, "Qwen__Qwen3-30B-A3B-FP8"), kv_dtype="fp8")
+    assert bf16.shape == fp8.shape == "MoE"
+    assert bf16.identity == fp8.identity
+    assert "128 experts, top 8" in bf16.identity
+    dense = load_geometry(model_config(shared, "Qwen__Qwen3-8B"))
+    assert dense.shape == "Dense"
+    assert dense.identity != bf16.identity
+    oss = load_geometry(model_config(shared, "openai__gpt-oss-20b"))
+    assert "sliding 128 on 12" in oss.identity
+
+
+def test_geometry_for_spec_resolves_the_config_and_dtypes(repo: Path):
+    from tokenwatt.geometry import geometry_for_spec
+    from tokenwatt.store import load_spec
+
+    path = repo / "specs" / "sim-qwen3-30b-a3b-fp8.spec.yaml"
+    g = geometry_for_spec(load_spec(path), path)
+    assert g.weight_dtype == "fp8"
+    assert g.kv_dtype == "bf16"
+    assert g.name == "Qwen3-30B-A3B-FP8"
+    assert g.shape == "MoE"
