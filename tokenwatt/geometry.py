@@ -846,9 +846,8 @@ def geometry_for_spec(spec: Spec, spec_path: Path) -> ModelGeometry:
     """The geometry a spec describes: its config, geometry overrides and storage types.
 
     ``model.config`` is resolved from the spec's folder. A ``weight_dtype`` or ``kv_dtype`` the
-    spec does not set is left to the config (its
-    ``quantization_config``, else ``torch_dtype``), exactly as the simulator reads it, so the
-    MBU estimate and the simulator agree on the bytes.
+    spec does not set is left to the config (its ``quantization_config``, else ``torch_dtype``),
+    exactly as the simulator reads it, so the MBU estimate and the simulator agree on the bytes.
     """
     from tokenwatt.store import resolve_relative
 
