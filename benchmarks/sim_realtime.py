@@ -61,8 +61,10 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=1024)
     ap.add_argument("--output", type=int, default=256)
     ap.add_argument("--no-pin", action="store_true", help="let the kernel place both processes")
+    ap.add_argument("--gpu", default="h100-sxm", help="simulated GPU (b200: more headroom)")
+    ap.add_argument("--config", type=Path, default=CONFIG, help="model config.json")
     args = ap.parse_args()
-    settings = SimSettings(gpu="h100-sxm", model_config=CONFIG, weight_dtype="fp8", kv_dtype="bf16")
+    settings = SimSettings(gpu=args.gpu, model_config=args.config, kv_dtype="bf16")
     with launch(settings) as sim:
         assert sim.pid is not None
         assert sim.port is not None
@@ -70,8 +72,8 @@ def main() -> None:
             os.sched_setaffinity(sim.pid, {0})
             os.sched_setaffinity(0, {1})
         print(
-            f"{'rate':>6} {'tok/s':>7} {'sim CPU':>8} {'lag p99':>8} {'lag max':>8}"
-            f" {'stream p99':>10} {'failed':>6} {'mean batch':>10}"
+            f"{'rate':>6} {'tok/s':>7} {'sim CPU':>8} {'us/token':>8} {'lag p99':>8}"
+            f" {'lag max':>8} {'stream p99':>10} {'failed':>6} {'mean batch':>10}"
         )
         for rate in [float(r) for r in args.rates.split(",")]:
             before = parse_prometheus_text(httpx.get(sim.metrics_url).text)
@@ -95,13 +97,12 @@ def main() -> None:
             failed = sum(1 for r in results if not r.ok)
             lag99 = _delta_quantile(before, after, "tokenwatt_sim_scheduling_lag_seconds", 0.99)
             stream99 = _delta_quantile(before, after, "tokenwatt_sim_stream_lag_seconds", 0.99)
-            lag_max = next(
-                s.value for s in after if s.name == "tokenwatt_sim_scheduling_lag_max_seconds"
-            )
+            lag_max = _delta_quantile(before, after, "tokenwatt_sim_scheduling_lag_seconds", 1.0)
             run0 = next(s.value for s in before if s.name == "tokenwatt_sim_running_seconds_total")
             run1 = next(s.value for s in after if s.name == "tokenwatt_sim_running_seconds_total")
             print(
                 f"{rate:6.1f} {tokens / wall:7.0f} {100 * cpu / wall:7.0f}%"
+                f" {1e6 * cpu / max(tokens, 1):8.0f}"
                 f" {lag99 * 1000:6.1f}ms {lag_max * 1000:6.1f}ms {stream99 * 1000:8.1f}ms"
                 f" {failed:6d} {(run1 - run0) / wall:10.1f}",
                 flush=True,
