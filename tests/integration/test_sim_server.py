@@ -13,6 +13,7 @@ import pytest
 from tests.integration.sse import stream
 from tokenwatt.geometry import load_geometry
 from tokenwatt.mbu import parse_engine_metrics, parse_prometheus_text
+from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.launch import SimProcess, SimSettings, launch
 
 MODEL = "qwen3-moe"
@@ -221,7 +222,7 @@ def test_metrics_have_vllm_and_dcgm_series(sim: SimProcess, client: httpx.Client
     assert set(power[0].labels) == {"gpu", "UUID", "device", "modelName", "Hostname"}
     assert power[0].labels["UUID"].startswith("GPU-")
     assert power[0].labels["modelName"] == "NVIDIA H100 80GB HBM3"
-    assert 69.0 < power[0].value <= 700.0
+    assert 90.0 < power[0].value <= 700.0  # the request's steps ran within the last second
     e0 = metric(b, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
     e1 = metric(after, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
     assert e1 > e0  # mJ, counting up
@@ -283,3 +284,22 @@ def test_stop_ends_the_process(shared: Path):
         httpx.get(url + "/health", timeout=2)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_power_cap_shows_as_sw_power_cap(shared: Path):
+    """A low board limit: prefill steps hit it, clocks drop, dcgm's reason field says 0x4."""
+    settings = SimSettings(
+        model_config=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        sim=SimSpec(power_limit_w=330),
+    )
+    with launch(settings) as sim, httpx.Client(timeout=60) as client:
+        body = {"prompt": [7] * 30000, "max_tokens": 2, "ignore_eos": True}
+        with client.stream("POST", sim.base_url + "/completions", json={**body, "stream": True}):
+            time.sleep(0.3)  # inside the first (stretched) prefill step
+            during = client.get(sim.metrics_url).text
+        after = client.get(sim.metrics_url).text
+    assert metric(during, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS") == 4.0
+    assert metric(during, "DCGM_FI_DEV_POWER_MGMT_LIMIT") == 330.0
+    # the mean of the last second: part idle (70 W) before the request, part at the cap
+    assert 120.0 < metric(during, "DCGM_FI_DEV_POWER_USAGE") <= 330.0
+    assert metric(after, "tokenwatt_sim_throttled_seconds_total") > 0.2

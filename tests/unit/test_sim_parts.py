@@ -121,3 +121,37 @@ def test_engine_loop_reports_lag_and_catches_up(shared: Path):
     assert 0.15 < st.lost_s < 0.3
     # The step after the stall started at most max_catchup behind the clock, not 300 ms.
     assert st.lag.quantile(0.5) < 0.02
+
+
+def test_engine_loop_failure_ends_requests(shared: Path, caplog):
+    g = load_geometry(shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json")
+    cfg = EngineConfig.build(geometry=g, gpu=preset("h100-sxm"), sim=SimSpec())
+    ended: list[str | None] = []
+
+    class Listener:
+        def notify(self, req: SimRequest, t_s: float) -> None:
+            if req.done:
+                ended.append(req.finish_reason)
+
+    async def go() -> EngineLoop:
+        core = EngineCore(cfg)
+
+        def broken(start_s: float):
+            raise RuntimeError("scheduler bug")
+
+        core.schedule = broken  # type: ignore[method-assign]
+        loop = EngineLoop(core)
+        loop.start()
+        loop.submit(SimRequest(0, prompt_tokens=10, max_tokens=5, listener=Listener()))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if not loop.alive:
+                break
+        return loop
+
+    loop = asyncio.run(go())
+    assert not loop.alive
+    assert loop.failure == "RuntimeError: scheduler bug"
+    assert ended == ["error"]
+    assert "the simulated engine stopped" in caplog.text
+    assert loop.core.stats.finished["error"] == 1

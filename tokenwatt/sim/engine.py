@@ -408,6 +408,20 @@ class EngineCore:
             with contextlib.suppress(ValueError):
                 self.waiting.remove(req)
 
+    def fail_all(self) -> None:
+        """End every request with finish reason ``error`` (the engine cannot go on)."""
+        for req in [*self.running, *self.waiting]:
+            if req.done:
+                continue
+            req.done = True
+            req.finish_reason = "error"
+            self.stats.finished["error"] += 1
+            if req.listener is not None:
+                req.listener.notify(req, req.last_token_s or req.arrival_s)
+        self.running = []
+        self.waiting.clear()
+        self.free_blocks = self.config.num_blocks
+
     @property
     def has_work(self) -> bool:
         """Whether any request is running or waiting."""
@@ -476,7 +490,14 @@ class EngineCore:
                 budget -= n
         if not entries:
             return None
-        return self._cost(start_s, entries)
+        plan = self._cost(start_s, entries)
+        # The power of the step is known now: record it at once, so a power reading taken
+        # while the step runs sees it (as NVML would), not idle.
+        gpu_end = plan.end_s - cfg.step_overhead_s
+        reasons = CLOCKS_EVENT_SW_POWER_CAP if plan.stretch > 1.0 else 0
+        self.meter.add(start_s, gpu_end, plan.power_w, reasons)
+        self.meter.add(gpu_end, plan.end_s, cfg.power.idle_w + cfg.power.busy_w, 0)
+        return plan
 
     def _cost(self, start_s: float, entries: list[tuple[SimRequest, int]]) -> StepPlan:
         cfg = self.config
@@ -543,14 +564,9 @@ class EngineCore:
         st.running_seq_s += plan.running * duration
         st.decode_seq_s += plan.decode_seqs * duration
         st.iteration_tokens.observe(plan.tokens)
-        overhead = min(cfg.step_overhead_s, duration)
-        gpu_end = end_s - overhead
-        reasons = CLOCKS_EVENT_SW_POWER_CAP if plan.stretch > 1.0 else 0
-        if reasons:
-            st.throttled_s += gpu_end - plan.start_s
+        if plan.stretch > 1.0:
+            st.throttled_s += max(0.0, duration - cfg.step_overhead_s)
             st.throttled_steps += 1
-        self.meter.add(plan.start_s, gpu_end, plan.power_w, reasons)
-        self.meter.add(gpu_end, end_s, cfg.power.idle_w + cfg.power.busy_w, 0)
 
         any_done = False
         for req, n in plan.entries:
@@ -610,6 +626,7 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.current: StepPlan | None = None
+        self.failure: str | None = None
 
     def submit(self, req: SimRequest) -> None:
         """Queue a request and wake the loop."""
@@ -623,6 +640,23 @@ class EngineLoop:
     def start(self) -> None:
         """Start the loop as a task of the running event loop."""
         self._task = asyncio.get_running_loop().create_task(self.run(), name="tokenwatt-sim")
+        self._task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # A bug, not a load condition: say so loudly, end every request (their clients see
+            # an error finish instead of hanging), and let /health report the failure.
+            self.failure = f"{type(exc).__name__}: {exc}"
+            logger.error("the simulated engine stopped: %s", self.failure, exc_info=exc)
+            self.core.fail_all()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the loop task is running."""
+        return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
         """Cancel the loop task."""

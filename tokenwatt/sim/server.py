@@ -137,7 +137,18 @@ class SimApp:
     # Simple routes
 
     async def health(self, request: Request) -> Response:
-        """Empty 200, like vLLM."""
+        """Empty 200 like vLLM; 503 with the reason if the engine loop has died."""
+        if self.loop.failure is not None:
+            return JSONResponse(
+                error_body(
+                    ApiError(
+                        f"engine failed: {self.loop.failure}",
+                        status=503,
+                        kind="ServiceUnavailableError",
+                    )
+                ),
+                status_code=503,
+            )
         return Response(status_code=200)
 
     async def version(self, request: Request) -> Response:
