@@ -297,7 +297,12 @@ def test_power_cap_shows_as_sw_power_cap(shared: Path):
         with client.stream("POST", sim.base_url + "/completions", json={**body, "stream": True}):
             time.sleep(0.3)  # inside the first (stretched) prefill step
             during = client.get(sim.metrics_url).text
-        after = client.get(sim.metrics_url).text
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:  # the stretched step ends, then it is counted
+            after = client.get(sim.metrics_url).text
+            if metric(after, "tokenwatt_sim_steps_total") >= 1:
+                break
+            time.sleep(0.1)
     assert metric(during, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS") == 4.0
     assert metric(during, "DCGM_FI_DEV_POWER_MGMT_LIMIT") == 330.0
     # the mean of the last second: part idle (70 W) before the request, part at the cap
