@@ -25,7 +25,8 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu, littles_law_batch, step_weighted_context
 from tokenwatt.schema.spec import SimSpec
-from tokenwatt.sim.engine import Arrival, EngineConfig, simulate
+from tokenwatt.sim.engine import EngineConfig
+from tokenwatt.sim.offline import Arrival, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "specs" / "models" / "Qwen__Qwen3-30B-A3B-FP8" / "config.json"

@@ -16,7 +16,8 @@ from tokenwatt.errors import InputError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
 from tokenwatt.schema.spec import SimSpec
-from tokenwatt.sim.engine import Arrival, EngineConfig, EngineCore, SimRequest, simulate
+from tokenwatt.sim.engine import EngineConfig, EngineCore, SimRequest
+from tokenwatt.sim.offline import Arrival, simulate
 from tokenwatt.sim.power import CLOCKS_EVENT_GPU_IDLE, PowerMeter, PowerModel
 
 

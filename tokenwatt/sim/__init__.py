@@ -5,7 +5,7 @@ MBU estimate against, and lets a spec be dry-run before renting hardware. It alw
 simulated (``/version``), and everything measured against it is marked simulated.
 """
 
-from tokenwatt.sim.engine import EngineConfig, EngineCore, EngineLoop, SimRequest, simulate
+from tokenwatt.sim.engine import EngineConfig, EngineCore, EngineLoop, SimRequest
 from tokenwatt.sim.launch import (
     SimProcess,
     SimSettings,
@@ -13,6 +13,7 @@ from tokenwatt.sim.launch import (
     launch_for_spec,
     settings_from_spec,
 )
+from tokenwatt.sim.offline import simulate
 from tokenwatt.sim.server import SIM_VERSION, SimApp
 
 __all__ = [
