@@ -569,6 +569,9 @@ async def serve(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=2,
+        # uvicorn's 5 s default closes idle keep-alive connections while a load generator's
+        # pool may be about to reuse them (a read error on the client); nginx waits 75 s.
+        timeout_keep_alive=75,
         backlog=2048,
     )
     server = uvicorn.Server(config)
