@@ -117,10 +117,11 @@ def test_engine_loop_reports_lag_and_catches_up(shared: Path):
     st = core.stats
     assert st.generation_tokens == 20
     assert st.lag.count >= st.steps
-    assert 0.2 < st.lag_max_s < 1.0
-    assert 0.15 < st.lost_s < 0.3
-    # The step after the stall started at most max_catchup behind the clock, not 300 ms.
-    assert st.lag.quantile(0.5) < 0.02
+    # Upper bounds are loose: a busy machine adds stalls of its own.
+    assert 0.25 < st.lag_max_s < 5.0
+    assert 0.2 < st.lost_s < 5.0  # the 300 ms stall, less the 50 ms the loop may catch up
+    # The steps after the stall started at most max_catchup behind the clock, not 300 ms.
+    assert st.lag.quantile(0.5) < 0.1
 
 
 def test_engine_loop_failure_ends_requests(shared: Path, caplog):
