@@ -284,6 +284,16 @@ class MbuEvidence(StrictModel):
     rated_bw_tbs: Annotated[float, Field(gt=0)] = Field(description="Rated bandwidth, all GPUs")
     rated_bw_source: str = Field(description="spec, NVML clocks, or the GPU-name table")
     assumptions: list[str] = Field(default_factory=list)
+    mean_context_tokens: NonNegFloat | None = Field(
+        default=None, description="Mean context of a running sequence used for the KV term"
+    )
+    experts_touched_per_layer: NonNegFloat | None = Field(
+        default=None, description="MoE: expected distinct routed experts per layer per step"
+    )
+    gpus: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="GPUs the rated bandwidth covers (replicas x tensor parallel)"
+    )
+    geometry: str | None = Field(default=None, description="The model geometry, in one line")
 
 
 class AccuracyItem(StrictModel):

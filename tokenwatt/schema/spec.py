@@ -98,6 +98,17 @@ class SimSpec(StrictModel):
     power_limit_w: Annotated[float, Field(gt=0, le=10_000)] | None = Field(
         default=None, description="Board power limit in W; null = the preset's"
     )
+    bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None,
+        description="Fraction of rated memory bandwidth the kernels reach; null = calibrated",
+    )
+    compute_efficiency: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None,
+        description="Fraction of peak dense FLOP/s the kernels reach; null = calibrated default",
+    )
+    max_model_len: Annotated[int, Field(ge=16, le=_MAX_TOKENS)] | None = Field(
+        default=None, description="Longest prompt + output; null = the model's max positions"
+    )
 
 
 class EngineSpec(StrictModel):

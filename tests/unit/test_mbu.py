@@ -1,0 +1,276 @@
+"""The MBU estimate and its inputs, against hand-worked values."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from tests import factories
+from tokenwatt.geometry import geometry_from_config
+from tokenwatt.mbu import (
+    EngineMetricsSampler,
+    RatedBandwidth,
+    estimate_mbu,
+    estimate_mbu_for_probes,
+    littles_law_batch,
+    parse_engine_metrics,
+    parse_prometheus_text,
+    rated_bandwidth,
+    step_weighted_context,
+)
+from tokenwatt.schema.run import GpuInfo, RequestTable
+
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 1000,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_mbu_hand_worked_dense():
+    g = geometry_from_config(TINY)
+    # Per layer: q,o 64x64 each, k,v 64x32 each, MLP 3x64x128, two norms of 64.
+    per_layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
+    assert per_layer == 36992
+    assert g.total_params == 2 * per_layer + 64 + 2 * 1000 * 64 == 202048
+    assert g.kv_bytes_per_token == 2 * 2 * 2 * 16 * 2 == 256
+    ev = estimate_mbu(
+        geometry=g,
+        output_tok_s=2000.0,
+        batch_mean=4.0,
+        batch_source="metrics",
+        mean_context_tokens=100.0,
+        bandwidth=RatedBandwidth(0.001, 1, "test"),
+    )
+    # Weights: everything but the embedding table (bf16), plus 4 gathered rows of 64.
+    weights = 2 * (202048 - 64000) + 4 * 64 * 2
+    kv = 4 * 100 * 256
+    assert ev.weight_bytes_per_step == weights == 276608
+    assert ev.kv_bytes_per_step == kv == 102400
+    assert ev.bytes_per_step == 379008
+    assert ev.steps_per_s == 500.0
+    # 379,008 B x 500 /s = 189.504 MB/s of 1 GB/s
+    assert ev.mbu_pct == pytest.approx(18.9504)
+    assert ev.batch_source == "metrics"
+    assert ev.rated_bw_source == "test"
+    assert ev.experts_touched_per_layer is None
+    assert any("Little" not in a and "vllm:num_requests_running" in a for a in ev.assumptions)
+
+
+def test_mbu_moe_uses_distinct_experts():
+    cfg = {**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    g = geometry_from_config(cfg)
+    ev = estimate_mbu(
+        geometry=g,
+        output_tok_s=100.0,
+        batch_mean=2.0,
+        batch_source="littles_law",
+        mean_context_tokens=0.0,
+        bandwidth=RatedBandwidth(1.0, 1, "test"),
+    )
+    # E (1 - (1 - k/E)^B) = 4 (1 - 0.5^2) = 3 experts per layer, each 3 x 64 x 32 bf16 weights.
+    assert ev.experts_touched_per_layer == pytest.approx(3.0)
+    expert_bytes = 3 * 64 * 32 * 2
+    router = 64 * 4 * 2
+    dense = 2 * (2 * 64 * 64 + 2 * 64 * 32) * 2 + 2 * router + 2 * (2 * 2 * 64) + 64 * 2
+    dense += 1000 * 64 * 2 + 2 * 64 * 2  # output head, two gathered embedding rows
+    assert ev.weight_bytes_per_step == pytest.approx(dense + 2 * 3 * expert_bytes)
+    assert any("E(1-(1-k/E)^B) = 3.0 of 4 experts" in a for a in ev.assumptions)
+
+
+def test_mbu_replicas_and_tensor_parallel():
+    g = geometry_from_config(TINY)
+    one = estimate_mbu(
+        geometry=g,
+        output_tok_s=1000.0,
+        batch_mean=4.0,
+        batch_source="metrics",
+        mean_context_tokens=50.0,
+        bandwidth=RatedBandwidth(0.001, 1, "t"),
+    )
+    two = estimate_mbu(
+        geometry=g,
+        output_tok_s=2000.0,
+        batch_mean=8.0,
+        batch_source="metrics",
+        mean_context_tokens=50.0,
+        bandwidth=RatedBandwidth(0.001, 2, "t"),
+        replicas=2,
+    )
+    # Twice the work on twice the GPUs: same utilisation.
+    assert two.mbu_pct == pytest.approx(one.mbu_pct)
+    tp4 = estimate_mbu(
+        geometry=g,
+        output_tok_s=1000.0,
+        batch_mean=4.0,
+        batch_source="metrics",
+        mean_context_tokens=50.0,
+        bandwidth=RatedBandwidth(0.001, 4, "t"),
+        tensor_parallel=4,
+    )
+    # 2 KV heads on 4 GPUs: each KV head is held (and read) twice.
+    assert tp4.kv_bytes_per_step == pytest.approx(2 * one.kv_bytes_per_step)
+
+
+def test_littles_law_batch_hand_values():
+    # decode times 0.9 s, 1.8 s and a failed request, over a 2 s window: B = 2.7 / 2
+    assert littles_law_batch([100.0, 200.0, None], [1000.0, 2000.0, None], window_s=2.0) == (
+        pytest.approx(1.35)
+    )
+    assert littles_law_batch([], [], window_s=0.0) == 0.0
+
+
+def test_step_weighted_context_hand_values():
+    # in=10,out=3: decode steps attend 11, 12 -> (2*10 + 2*3/2) = 23 over 2 steps
+    # in=100,out=1: no decode step
+    assert step_weighted_context([10, 100], [3, 1]) == pytest.approx(23 / 2)
+    # Equal lengths: in + out/2
+    assert step_weighted_context([1024] * 3, [256] * 3) == pytest.approx(1024 + 128)
+    assert step_weighted_context([], []) == 0.0
+
+
+def test_rated_bandwidth_priority():
+    gpu = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3")
+    clocked = GpuInfo(
+        index=0, name="NVIDIA H100 80GB HBM3", max_memory_clock_mhz=2619, memory_bus_width_bits=5120
+    )
+    spec = rated_bandwidth(gpu_count=2, spec_tbs_per_gpu=3.0, gpus=[clocked])
+    assert spec is not None
+    assert spec.total_tbs == 6.0
+    assert spec.source.startswith("spec")
+    nvml = rated_bandwidth(gpu_count=1, gpus=[clocked])
+    assert nvml is not None
+    assert nvml.per_gpu_tbs == pytest.approx(3.352, abs=0.001)
+    assert nvml.source.startswith("NVML clocks")
+    table = rated_bandwidth(gpu_count=1, gpus=[gpu])
+    assert table is not None
+    assert table.per_gpu_tbs == 3.35
+    assert "table" in table.source
+    assert rated_bandwidth(gpu_count=1, preset_key="h200") is not None
+    assert rated_bandwidth(gpu_count=1, gpus=[GpuInfo(index=0, name="Mystery GPU")]) is None
+
+
+def test_parse_prometheus_text_shapes():
+    text = "\n".join(
+        [
+            "# HELP x a metric",
+            "# TYPE x gauge",
+            'DCGM_FI_DEV_POWER_USAGE{Hostname="sim",UUID="GPU-0",gpu="0",modelName="H100"} 412.5',
+            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"} 1.23456789e+08',
+            'weird{a="x,y",b="say \\"hi\\"",c="back\\\\slash"} 3 1700000000000',
+            "plain 7",
+            "not a metric line",
+            'bad_value{a="1"} abc',
+            'vllm:num_requests_running{engine="0",model_name="m"} 5.0',
+        ]
+    )
+    samples = parse_prometheus_text(text)
+    names = [s.name for s in samples]
+    assert names == [
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "weird",
+        "plain",
+        "vllm:num_requests_running",
+    ]
+    assert samples[0].labels["UUID"] == "GPU-0"
+    assert samples[0].value == 412.5
+    assert samples[1].value == 123456789.0
+    assert samples[2].labels == {"a": "x,y", "b": 'say "hi"', "c": "back\\slash"}
+    assert samples[2].value == 3.0
+
+
+def test_parse_engine_metrics_sums_engines():
+    text = "\n".join(
+        [
+            'vllm:num_requests_running{engine="0",model_name="m"} 5',
+            'vllm:num_requests_running{engine="1",model_name="m"} 7',
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 2',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
+            'vllm:generation_tokens_total{engine="0",model_name="m"} 100',
+            'vllm:cache_config_info{block_size="16",kv_cache_memory_bytes="1000"} 1',
+        ]
+    )
+    m = parse_engine_metrics(text)
+    assert m.running == 12
+    assert m.waiting == 2
+    assert m.kv_cache_usage == 0.5
+    assert m.generation_tokens_total == 100
+    assert m.prompt_tokens_total is None
+    assert m.kv_cache_memory_bytes == 1000.0
+    assert parse_engine_metrics("").running is None
+
+
+def _probe_with_requests(index: int, *, batch: float | None):
+    n = 4
+    table = RequestTable(
+        t_sched_s=[0.0] * n,
+        send_lag_ms=[0.1] * n,
+        ttft_ms=[100.0] * n,
+        tpot_ms=[10.0] * n,
+        e2e_ms=[2600.0] * n,
+        input_tokens=[1000] * n,
+        output_tokens=[251] * n,
+        status=["ok"] * n,
+    )
+    return factories.probe(
+        index,
+        window_s=10.0,
+        window_requests=n,
+        ok=n,
+        output_tokens=1004,
+        requests=table,
+        running_batch_mean=batch,
+        batch_source="metrics" if batch is not None else None,
+    )
+
+
+def test_estimate_for_probes_prefers_metrics_batch():
+    g = geometry_from_config(TINY)
+    bw = RatedBandwidth(0.001, 1, "t")
+    with_metrics = estimate_mbu_for_probes(
+        [_probe_with_requests(0, batch=3.0), _probe_with_requests(1, batch=5.0)],
+        geometry=g,
+        bandwidth=bw,
+    )
+    assert with_metrics is not None
+    assert with_metrics.batch_source == "metrics"
+    assert with_metrics.batch_mean == 4.0
+    assert with_metrics.output_tok_s == pytest.approx(2008 / 20)
+    assert with_metrics.mean_context_tokens == pytest.approx(1000 + 251 / 2)
+    mixed = estimate_mbu_for_probes(
+        [_probe_with_requests(0, batch=3.0), _probe_with_requests(1, batch=None)],
+        geometry=g,
+        bandwidth=bw,
+    )
+    assert mixed is not None
+    assert mixed.batch_source == "littles_law"
+    # 8 requests x 2.5 s of decoding over 20 s of windows
+    assert mixed.batch_mean == pytest.approx(1.0)
+    assert estimate_mbu_for_probes([factories.probe(0)], geometry=g, bandwidth=bw) is None
+
+
+def test_sampler_mean_over_window():
+    values = iter([3.0, 5.0, 7.0, 9.0, 11.0, 13.0])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=f'vllm:num_requests_running{{engine="0"}} {next(values)}')
+
+    async def go() -> EngineMetricsSampler:
+        sampler = EngineMetricsSampler("http://sim/metrics", interval_s=0.0)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            for _ in range(6):
+                await sampler.sample_once(client)
+        return sampler
+
+    sampler = asyncio.run(go())
+    assert sampler.mean_running(0, 2**63) == pytest.approx(8.0)
+    assert sampler.mean_running(0, 1) is None  # fewer than min_samples inside

@@ -1,0 +1,477 @@
+"""Memory-bandwidth utilisation (MBU): bytes a decode step reads ÷ step time ÷ rated bandwidth.
+
+DESIGN.md, "MBU". For ``B`` running sequences (the mean running batch)::
+
+    bytes/step = dense weights + E·(1−(1−k/E)^B) routed experts per MoE layer + B × KV(context)
+    steps/s    = output tok/s ÷ B
+    MBU        = bytes/step × steps/s ÷ rated bandwidth
+
+``B`` comes from the engine's Prometheus ``/metrics`` (``vllm:num_requests_running`` sampled over
+the window) when it has one, else from Little's law over the window's requests (each request is
+in the running batch from its first token to its last: ``B = Σ(e2e − TTFT) ÷ window``). The KV
+term uses the mean context a running sequence holds, weighted by decode steps, computed from the
+requests' input and output token counts. Geometry (weights, experts, KV per token) comes from
+:mod:`tokenwatt.geometry`, the module the simulator uses for its own ground truth.
+
+Rated bandwidth: the spec's value, else NVML's max memory clock × bus width, else the GPU-name
+table of :mod:`tokenwatt.gpus`; the evidence records which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import math
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from tokenwatt.geometry import ModelGeometry, expected_unique_experts
+from tokenwatt.gpus import preset, preset_for_device_name, rated_bandwidth_from_clocks_tbs
+from tokenwatt.schema.run import GpuInfo, MbuEvidence, ProbeRecord
+
+__all__ = [
+    "EngineMetrics",
+    "EngineMetricsSampler",
+    "PromSample",
+    "RatedBandwidth",
+    "estimate_mbu",
+    "estimate_mbu_for_probes",
+    "littles_law_batch",
+    "parse_engine_metrics",
+    "parse_prometheus_text",
+    "rated_bandwidth",
+    "step_weighted_context",
+]
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# Rated bandwidth
+
+
+@dataclass(frozen=True)
+class RatedBandwidth:
+    """Rated memory bandwidth of the GPUs serving the model."""
+
+    per_gpu_tbs: float
+    gpus: int
+    source: str
+    """Where the figure comes from, in words (spec, NVML clocks, or the GPU-name table)."""
+
+    @property
+    def total_tbs(self) -> float:
+        """All GPUs together, TB/s."""
+        return self.per_gpu_tbs * self.gpus
+
+
+def rated_bandwidth(
+    *,
+    gpu_count: int,
+    spec_tbs_per_gpu: float | None = None,
+    gpus: Sequence[GpuInfo] = (),
+    preset_key: str | None = None,
+) -> RatedBandwidth | None:
+    """The rated bandwidth: spec value, else NVML clocks, else the GPU table (None if unknown).
+
+    Args:
+        gpu_count: GPUs serving the model (replicas × tensor parallel).
+        spec_tbs_per_gpu: ``hardware.rated_bw_tbs_per_gpu`` from the spec.
+        gpus: The inventory read through NVML (memory clock, bus width, name).
+        preset_key: A :mod:`tokenwatt.gpus` preset key (the simulator's GPU).
+    """
+    if spec_tbs_per_gpu is not None:
+        return RatedBandwidth(spec_tbs_per_gpu, gpu_count, "spec (hardware.rated_bw_tbs_per_gpu)")
+    if gpus:
+        first = gpus[0]
+        if first.max_memory_clock_mhz and first.memory_bus_width_bits:
+            tbs = rated_bandwidth_from_clocks_tbs(
+                first.max_memory_clock_mhz, first.memory_bus_width_bits
+            )
+            return RatedBandwidth(
+                tbs,
+                gpu_count,
+                f"NVML clocks ({first.max_memory_clock_mhz} MHz x"
+                f" {first.memory_bus_width_bits} bit, double data rate)",
+            )
+        match = preset_for_device_name(first.name)
+        if match is not None:
+            return RatedBandwidth(
+                match.mem_bw_tbs,
+                gpu_count,
+                f"GPU-name table: {match.name} ({match.source})",
+            )
+    if preset_key is not None:
+        item = preset(preset_key)
+        return RatedBandwidth(
+            item.mem_bw_tbs, gpu_count, f"GPU-name table: {item.name} ({item.source})"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus text
+
+
+@dataclass(frozen=True)
+class PromSample:
+    """One sample line of the Prometheus text format."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def parse_prometheus_text(text: str) -> list[PromSample]:
+    """Parse the sample lines of a Prometheus text exposition (comments skipped).
+
+    Lines that do not parse are skipped with a debug log: a scrape should not fail because an
+    exporter added a series in a form this parser does not know.
+    """
+    out: list[PromSample] = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            logger.debug("unparsed metrics line: %s", line[:200])
+            continue
+        name, label_text, raw = m.groups()
+        labels: dict[str, str] = {}
+        if label_text:
+            for lm in _LABEL.finditer(label_text):
+                labels[lm.group(1)] = _unescape(lm.group(2))
+        try:
+            value = float(raw)
+        except ValueError:
+            logger.debug("non-numeric metrics value: %s", line[:200])
+            continue
+        out.append(PromSample(name, labels, value))
+    return out
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """What tokenwatt reads from an engine's ``/metrics`` (vLLM names), summed over engines."""
+
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    """Fraction of the KV cache in use (0..1)."""
+    kv_cache_memory_bytes: float | None
+    """Bytes of KV cache the engine allocated (``vllm:cache_config_info``)."""
+    prompt_tokens_total: float | None
+    generation_tokens_total: float | None
+
+
+def parse_engine_metrics(text: str) -> EngineMetrics:
+    """Read the running/waiting gauges, KV usage and token counters from vLLM-named metrics."""
+    sums: dict[str, float] = {}
+    kv_usage: list[float] = []
+    kv_mem: float | None = None
+    for s in parse_prometheus_text(text):
+        if s.name in (
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total",
+        ):
+            sums[s.name] = sums.get(s.name, 0.0) + s.value
+        elif s.name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+            kv_usage.append(s.value)
+        elif s.name == "vllm:cache_config_info":
+            raw = s.labels.get("kv_cache_memory_bytes")
+            if raw is not None and raw.replace(".", "", 1).isdigit():
+                kv_mem = (kv_mem or 0.0) + float(raw)
+    return EngineMetrics(
+        running=sums.get("vllm:num_requests_running"),
+        waiting=sums.get("vllm:num_requests_waiting"),
+        kv_cache_usage=sum(kv_usage) / len(kv_usage) if kv_usage else None,
+        kv_cache_memory_bytes=kv_mem,
+        prompt_tokens_total=sums.get("vllm:prompt_tokens_total"),
+        generation_tokens_total=sums.get("vllm:generation_tokens_total"),
+    )
+
+
+@dataclass(frozen=True)
+class _Sample:
+    t_ns: int
+    running: float
+
+
+class EngineMetricsSampler:
+    """Samples an engine's running batch from ``/metrics`` on the load generator's clock.
+
+    Run :meth:`run` as a task for the whole measurement; :meth:`mean_running` then gives the
+    mean running batch between two ``time.monotonic_ns()`` instants. A failed scrape is logged
+    and skipped: the window's mean needs :attr:`min_samples` readings or it is ``None`` (the
+    caller falls back to Little's law).
+    """
+
+    min_samples = 5
+
+    def __init__(
+        self, url: str, *, interval_s: float = 0.25, client: httpx.AsyncClient | None = None
+    ) -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self._client = client
+        self._t: list[int] = []
+        self._running: list[float] = []
+        self.failures = 0
+
+    async def sample_once(self, client: httpx.AsyncClient) -> float | None:
+        """Scrape once and record the running count; None if the scrape failed."""
+        t_ns = time.monotonic_ns()
+        try:
+            resp = await client.get(self.url, timeout=max(1.0, self.interval_s * 4))
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            self.failures += 1
+            logger.debug("metrics scrape of %s failed: %s", self.url, exc)
+            return None
+        running = parse_engine_metrics(resp.text).running
+        if running is None:
+            return None
+        self._t.append(t_ns)
+        self._running.append(running)
+        return running
+
+    async def run(self) -> None:
+        """Scrape every ``interval_s`` until cancelled."""
+        own = self._client is None
+        client = self._client or httpx.AsyncClient()
+        try:
+            next_t = time.monotonic()
+            while True:
+                await self.sample_once(client)
+                next_t += self.interval_s
+                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+        finally:
+            if own:
+                await client.aclose()
+
+    def mean_running(self, start_ns: int, end_ns: int) -> float | None:
+        """Mean of the running-batch samples taken in ``[start_ns, end_ns)``."""
+        lo = bisect.bisect_left(self._t, start_ns)
+        hi = bisect.bisect_left(self._t, end_ns)
+        values = self._running[lo:hi]
+        if len(values) < self.min_samples:
+            return None
+        return math.fsum(values) / len(values)
+
+
+# --------------------------------------------------------------------------------------------
+# Batch and context from the requests
+
+
+def littles_law_batch(
+    ttft_ms: Iterable[float | None], e2e_ms: Iterable[float | None], *, window_s: float
+) -> float:
+    """Mean running batch by Little's law: Σ (e2e − TTFT) over the requests ÷ window.
+
+    A request decodes from its first token to its last, so its decode time is e2e − TTFT;
+    failed requests (no timings) are left out.
+    """
+    total_ms = math.fsum(
+        e - t for t, e in zip(ttft_ms, e2e_ms, strict=True) if t is not None and e is not None
+    )
+    return total_ms / 1000.0 / window_s if window_s > 0 else 0.0
+
+
+def step_weighted_context(input_tokens: Iterable[int], output_tokens: Iterable[int]) -> float:
+    """Mean context a sequence attends over in a decode step, weighted by decode steps.
+
+    The first output token comes from the prefill; decode step ``j = 1 … out−1`` attends over
+    ``in + j`` tokens. Summed over requests:
+    ``Σ [(out−1)·in + (out−1)·out/2] ÷ Σ (out−1)``.
+    """
+    num = 0.0
+    den = 0
+    for n_in, n_out in zip(input_tokens, output_tokens, strict=True):
+        steps = n_out - 1
+        if steps <= 0:
+            continue
+        num += steps * n_in + steps * n_out / 2.0
+        den += steps
+    return num / den if den else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# The estimate
+
+
+def estimate_mbu(
+    *,
+    geometry: ModelGeometry,
+    output_tok_s: float,
+    batch_mean: float,
+    batch_source: str,
+    mean_context_tokens: float,
+    bandwidth: RatedBandwidth,
+    replicas: int = 1,
+    tensor_parallel: int = 1,
+    extra_assumptions: Sequence[str] = (),
+) -> MbuEvidence:
+    """MBU from the mean running batch, output throughput and mean context.
+
+    Args:
+        geometry: The served model.
+        output_tok_s: Output tokens per second over all replicas.
+        batch_mean: Mean running batch over all replicas.
+        batch_source: ``"metrics"`` or ``"littles_law"``.
+        mean_context_tokens: Mean context of a running sequence (:func:`step_weighted_context`).
+        bandwidth: Rated bandwidth of all GPUs in use.
+        replicas: Data-parallel replicas (each reads its own copy of the weights).
+        tensor_parallel: GPUs per replica (KV heads fewer than this are replicated).
+        extra_assumptions: More lines for the evidence's assumptions.
+    """
+    if batch_source not in ("metrics", "littles_law"):
+        raise ValueError(f"batch_source must be 'metrics' or 'littles_law', not {batch_source!r}")
+    per_replica_batch = batch_mean / replicas if replicas else 0.0
+    step = geometry.decode_step_bytes(
+        batch=per_replica_batch, mean_context_tokens=mean_context_tokens
+    )
+    kv_factor = 1.0
+    if tensor_parallel > 1:
+        heads = 1 if geometry.is_mla else geometry.num_kv_heads
+        kv_factor = max(1.0, tensor_parallel / heads)
+    kv_bytes = step.kv_bytes * kv_factor
+    weight_bytes = step.weight_bytes
+    bytes_per_step = weight_bytes + kv_bytes
+    steps_per_s = output_tok_s / batch_mean if batch_mean > 0 else 0.0
+    bytes_per_s = bytes_per_step * steps_per_s * replicas
+    mbu_pct = 100.0 * bytes_per_s / (bandwidth.total_tbs * 1e12)
+
+    experts: float | None = None
+    assumptions: list[str] = []
+    if batch_source == "metrics":
+        assumptions.append(
+            "B: the engine's vllm:num_requests_running averaged over the window"
+            " (includes sequences still in prefill)"
+        )
+    else:
+        assumptions.append(
+            "B: Little's law, sum of (e2e - TTFT) of the window's successful requests"
+            " / window length"
+        )
+    assumptions.append("steps/s = output tok/s / B (every running sequence emits one token a step)")
+    assumptions.append(
+        "Bytes per step: a pure decode step; prefill chunks sharing a step read more"
+        " (their KV), not counted"
+    )
+    if geometry.is_moe:
+        experts = expected_unique_experts(
+            geometry.num_experts, geometry.experts_per_token, per_replica_batch
+        )
+        assumptions.append(
+            f"MoE: routing uniform and independent across tokens, so B = {per_replica_batch:.1f}"
+            f" sequences touch E(1-(1-k/E)^B) = {experts:.1f} of {geometry.num_experts} experts"
+            f" per layer (k = {geometry.experts_per_token})"
+        )
+    assumptions.append(
+        f"KV: B x KV bytes of a {mean_context_tokens:.0f}-token context"
+        f" ({geometry.kv_bytes_per_token / 1024:.1f} KiB/token, {geometry.kv_dtype});"
+        " context = step-weighted mean over the window's requests"
+    )
+    if geometry.sliding_windows:
+        assumptions.append(
+            "Sliding-window layers: KV capped at the window, applied to the mean context"
+        )
+    if kv_factor > 1:
+        assumptions.append(f"KV heads replicated across tensor-parallel GPUs (x{kv_factor:.0f})")
+    assumptions.append(
+        "Weights: every non-expert weight once a step; the input embedding reads only B rows;"
+        f" {geometry.weight_dtype} where quantized, {geometry.base_dtype} elsewhere"
+    )
+    if replicas > 1:
+        assumptions.append(f"{replicas} replicas, each reading its own weights at B/{replicas}")
+    assumptions.append(f"Rated bandwidth: {bandwidth.source}")
+    assumptions.extend(geometry.notes)
+    assumptions.extend(extra_assumptions)
+    return MbuEvidence(
+        mbu_pct=mbu_pct,
+        bytes_per_step=bytes_per_step,
+        weight_bytes_per_step=weight_bytes,
+        kv_bytes_per_step=kv_bytes,
+        batch_mean=batch_mean,
+        batch_source="metrics" if batch_source == "metrics" else "littles_law",
+        steps_per_s=steps_per_s,
+        output_tok_s=output_tok_s,
+        rated_bw_tbs=bandwidth.total_tbs,
+        rated_bw_source=bandwidth.source,
+        assumptions=assumptions,
+        mean_context_tokens=mean_context_tokens,
+        experts_touched_per_layer=experts,
+        gpus=bandwidth.gpus,
+        geometry=geometry.describe(),
+    )
+
+
+def estimate_mbu_for_probes(
+    probes: Sequence[ProbeRecord],
+    *,
+    geometry: ModelGeometry,
+    bandwidth: RatedBandwidth,
+    replicas: int = 1,
+    tensor_parallel: int = 1,
+) -> MbuEvidence | None:
+    """MBU over some probes (the confirmation repeats), pooling their windows.
+
+    Output tok/s = their output tokens ÷ their window time. ``B`` is the mean of the probes'
+    ``running_batch_mean`` when every probe has one from the engine's metrics, else Little's
+    law over their requests. Returns None when the probes carry no request table (nothing to
+    compute the context from) or produced no tokens.
+    """
+    if not probes or any(p.requests is None for p in probes):
+        return None
+    window_s = math.fsum(p.window_s for p in probes)
+    tokens = sum(p.output_tokens for p in probes)
+    if window_s <= 0 or tokens <= 0:
+        return None
+    n_in: list[int] = []
+    n_out: list[int] = []
+    ttft: list[float | None] = []
+    e2e: list[float | None] = []
+    for p in probes:
+        assert p.requests is not None
+        for i, status in enumerate(p.requests.status):
+            if status != "ok":
+                continue
+            n_in.append(p.requests.input_tokens[i])
+            n_out.append(p.requests.output_tokens[i])
+            ttft.append(p.requests.ttft_ms[i])
+            e2e.append(p.requests.e2e_ms[i])
+    context = step_weighted_context(n_in, n_out)
+    if all(p.batch_source == "metrics" and p.running_batch_mean is not None for p in probes):
+        batch = math.fsum(p.running_batch_mean or 0.0 for p in probes) / len(probes)
+        source = "metrics"
+    else:
+        batch = littles_law_batch(ttft, e2e, window_s=window_s)
+        source = "littles_law"
+    if batch <= 0:
+        return None
+    return estimate_mbu(
+        geometry=geometry,
+        output_tok_s=tokens / window_s,
+        batch_mean=batch,
+        batch_source=source,
+        mean_context_tokens=context,
+        bandwidth=bandwidth,
+        replicas=replicas,
+        tensor_parallel=tensor_parallel,
+    )
