@@ -449,6 +449,7 @@ def test_generated_pages_are_not_written_into_the_docs_folder(site):
         "javascripts",
         "javascripts/tablesort.js",
         "methodology.md",
+        "simulator.md",
         "stylesheets",
         "stylesheets/tokenwatt.css",
     ]

@@ -24,6 +24,7 @@ __all__ = ["SECTIONS", "MethodologySection", "Table", "methodology_sections", "r
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("Request metrics and the SLO", "tokenwatt.metrics"),
     ("Sweep", "tokenwatt.sweep"),
+    ("Memory-bandwidth utilisation (MBU)", "tokenwatt.mbu"),
     ("Power and energy", "tokenwatt.energy"),
     ("Accuracy gate", "tokenwatt.accuracy"),
     ("Variance band and verdict", "tokenwatt.compare"),
