@@ -1,0 +1,808 @@
+"""Run one probe (DESIGN.md "Probe") and turn what it measured into a :class:`ProbeRecord`.
+
+Timeline, on the monotonic clock (``time.monotonic_ns()``, the power sampler's clock too): the
+probe starts at ``t0``; ``[0, warmup_s)`` is warm-up and ``[warmup_s, warmup_s + window_s)`` the
+measurement window. Arrivals are open loop (a request is sent at its scheduled time whatever
+happened to earlier ones) and continue until every window request has finished, so the load
+stays steady while the window drains. Requests outside the window are then cancelled; they are
+never measured.
+
+Window requests are those *scheduled* inside the window. Every one of them is kept, failed or
+not, and a failed one counts as +inf latency (:mod:`tokenwatt.metrics`). The probe is
+client-bound (the harness, not the server, was the limit; such a probe never passes) when its
+achieved arrival rate is under 97 % of the offered rate, its p99 send lag exceeds 10 ms, a
+window request waited for a concurrency slot, or a request failed for a client-side reason.
+
+Rates: ``offered_rate_rps`` is what the schedule put inside the window (window requests /
+window_s); it differs from the target ``rate_rps`` only by the arrival process's randomness.
+``achieved_rate_rps`` is the same requests divided by the time taken to send them: from the
+window start to the last window request's actual send, never less than ``window_s``. The 97 %
+rule compares achieved with *offered*: compared with the target, a Poisson window of 60 expected
+arrivals would fall under 97 % by chance about one time in three.
+
+Running batch: sampled from the engine's Prometheus ``vllm:num_requests_running`` during the
+window when a ``/metrics`` URL is given, else by Little's law: the time-average number of
+requests in their decode phase (first to last content chunk) inside the window, counting every
+request, not only window requests.
+
+Sharding: with several workers, request ``i`` goes to worker process ``i mod W``. ``workers=None``
+picks W from the expected request and token rates (one event loop sustains about
+:data:`REQUESTS_PER_WORKER` req/s or :data:`EVENTS_PER_WORKER` streamed events/s on one core, see
+``benchmarks/README.md``), and doubles it (up to the CPUs available) to re-run a probe that came
+out client-bound on pacing with too few workers. The record says how many were used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import math
+import multiprocessing
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+from typing import Any
+
+import httpx
+import numpy as np
+
+from tokenwatt import metrics
+from tokenwatt.client.openai import OpenAIClient, RequestResult, TransportName
+from tokenwatt.errors import EndpointError, TokenwattError
+from tokenwatt.load._shard import (
+    DEFAULT_SPIN_S,
+    ProbePlan,
+    Shard,
+    ShardResult,
+    WorkerInit,
+    worker_main,
+)
+from tokenwatt.load.workload import Workload
+from tokenwatt.schema.run import LatencyStats, ProbePhase, ProbeRecord, RequestTable
+from tokenwatt.schema.spec import EngineSpec, SloSpec, Spec
+
+__all__ = [
+    "EVENTS_PER_WORKER",
+    "REQUESTS_PER_WORKER",
+    "LoadGenerator",
+    "build_probe_record",
+    "plan_workers",
+    "run_probe",
+    "scrape_gauge",
+]
+
+logger = logging.getLogger(__name__)
+
+REQUESTS_PER_WORKER = 1500.0
+"""Requests per second one worker is planned for (measured ceiling: benchmarks/README.md)."""
+
+EVENTS_PER_WORKER = 60_000.0
+"""Streamed events per second one worker is planned for."""
+
+_START_LEAD_S = 0.2
+_WORKER_START_TIMEOUT_S = 120.0
+_WORKER_EXIT_TIMEOUT_S = 0.4
+_METRICS_PERIOD_S = 0.5
+_RUNNING_GAUGE = "vllm:num_requests_running"
+_NS = 1e9
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def plan_workers(
+    *, rate_rps: float, mean_output_tokens: float, max_workers: int | None = None
+) -> int:
+    """Worker processes needed for a rate, from the per-worker capacities above."""
+    limit = max_workers if max_workers is not None else available_cpus()
+    by_requests = rate_rps / REQUESTS_PER_WORKER
+    by_events = rate_rps * (mean_output_tokens + 2) / EVENTS_PER_WORKER
+    return max(1, min(limit, math.ceil(max(by_requests, by_events))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine metrics
+
+
+def scrape_gauge(text: str, name: str) -> float | None:
+    """Sum of a Prometheus gauge over its label sets in an exposition text (None if absent)."""
+    pattern = re.compile(
+        rf"^{re.escape(name)}(?:\{{[^}}]*\}})?[ \t]+([-+0-9.eE]+|NaN|[+-]Inf)", re.MULTILINE
+    )
+    values = [float(v) for v in pattern.findall(text)]
+    values = [v for v in values if math.isfinite(v)]
+    return sum(values) if values else None
+
+
+async def _sample_running(
+    url: str, start_ns: int, end_ns: int, samples: list[float], errors: list[str]
+) -> None:
+    """Sample the engine's running-request gauge inside [start_ns, end_ns)."""
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as http:
+        delay = (start_ns - time.monotonic_ns()) / _NS
+        if delay > 0:
+            await asyncio.sleep(delay)
+        while time.monotonic_ns() < end_ns:
+            t_ns = time.monotonic_ns()
+            try:
+                response = await http.get(url)
+                response.raise_for_status()
+            except httpx.HTTPError as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            else:
+                value = scrape_gauge(response.text, _RUNNING_GAUGE)
+                if value is None:
+                    errors.append(f"{_RUNNING_GAUGE} not found in {url}")
+                elif time.monotonic_ns() < end_ns:
+                    samples.append(value)
+            next_ns = t_ns + int(_METRICS_PERIOD_S * _NS)
+            await asyncio.sleep(max(0.0, (min(next_ns, end_ns) - time.monotonic_ns()) / _NS))
+
+
+# ---------------------------------------------------------------------------------------------
+# The record
+
+
+def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTable:
+    rows = sorted(window, key=lambda r: (r.t_sched_ns or 0, r.index))
+    ok = [r.ok for r in rows]
+    return RequestTable(
+        t_sched_s=[((r.t_sched_ns or 0) - window_start_ns) / _NS for r in rows],
+        send_lag_ms=[max(0.0, r.send_lag_ms or 0.0) for r in rows],
+        ttft_ms=[r.ttft_ms if good else None for r, good in zip(rows, ok, strict=True)],
+        tpot_ms=[r.tpot_ms if good else None for r, good in zip(rows, ok, strict=True)],
+        e2e_ms=[r.e2e_ms if good else None for r, good in zip(rows, ok, strict=True)],
+        input_tokens=[r.input_tokens for r in rows],
+        output_tokens=[r.output_tokens for r in rows],
+        status=[r.status for r in rows],
+    )
+
+
+def _itl_stats(window: Sequence[RequestResult]) -> LatencyStats:
+    """ITL over the window: every gap of every successful request, one +inf per failed one."""
+    parts: list[np.ndarray] = []
+    failed = 0
+    for r in window:
+        if not r.ok:
+            failed += 1
+        elif len(r.chunk_ns) > 1:
+            parts.append(np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) / 1e6)
+    if failed:
+        parts.append(np.full(failed, math.inf))
+    if not parts:
+        return LatencyStats(count=0)
+    return metrics.latency_stats(np.concatenate(parts))
+
+
+def build_probe_record(
+    *,
+    index: int,
+    phase: ProbePhase,
+    rate_rps: float,
+    attempt: int,
+    repeat: int | None,
+    warmup_s: float,
+    window_s: float,
+    started_utc: dt.datetime,
+    t0_ns: int,
+    shards: Sequence[ShardResult],
+    slo: SloSpec,
+    max_concurrency: int,
+    running_samples: Sequence[float] | None = None,
+    keep_requests: bool = True,
+) -> ProbeRecord:
+    """Compute a probe's record from what its shards measured (pure).
+
+    Args:
+        index: position of the probe in the run.
+        phase: why it ran.
+        rate_rps: target arrival rate.
+        attempt: confirm: back-off attempt.
+        repeat: confirm: repeat number.
+        warmup_s: warm-up length, s.
+        window_s: window length, s.
+        started_utc: wall-clock start.
+        t0_ns: probe start on the monotonic clock (the window starts ``warmup_s`` later).
+        shards: what each worker measured.
+        slo: the latency objective.
+        max_concurrency: the concurrency cap, for messages.
+        running_samples: engine gauge samples inside the window; None or empty = Little's law.
+        keep_requests: include the window requests table (the run file keeps it).
+    """
+    window_start_ns = t0_ns + round(warmup_s * _NS)
+    window_end_ns = window_start_ns + round(window_s * _NS)
+    window = [r for shard in shards for r in shard.window]
+    n = len(window)
+    table = _table(window, window_start_ns)
+    ok_rows = [r for r in window if r.ok]
+    send_lags = np.sort(np.asarray(table.send_lag_ms, dtype=np.float64))
+    send_lag_p99 = metrics.nearest_rank(send_lags, 99.0) if n else 0.0
+    last_send_ns = max((r.t_send_ns for r in window), default=window_start_ns)
+    span_s = max(window_s, (last_send_ns - window_start_ns) / _NS)
+    offered = n / window_s
+    achieved = n / span_s
+    slot_waits = sum(s.slot_waits for s in shards)
+    slot_wait_s = sum(s.slot_wait_ns for s in shards) / _NS
+    client_errors = sum(1 for r in window if r.status == "client_error")
+    reasons = metrics.client_bound_reasons(
+        offered_rate_rps=offered,
+        achieved_rate_rps=achieved,
+        send_lag_p99_ms=send_lag_p99,
+        slot_waits=slot_waits,
+        slot_wait_s=slot_wait_s,
+        max_concurrency=max_concurrency,
+        client_errors=client_errors,
+    )
+    ttft = metrics.table_latency_stats(table, "ttft_ms")
+    tpot = metrics.table_latency_stats(table, "tpot_ms")
+    e2e = metrics.table_latency_stats(table, "e2e_ms")
+    client_bound = bool(reasons)
+    if running_samples:
+        batch: float = float(sum(running_samples) / len(running_samples))
+        batch_source = "metrics"
+    else:
+        intervals = [iv for shard in shards for iv in shard.decode_intervals]
+        batch = metrics.littles_law_batch(intervals, window_start_ns, window_end_ns)
+        batch_source = "littles_law"
+    examples: dict[str, str] = {}
+    for r in window:
+        if not r.ok and r.status not in examples and r.error:
+            examples[r.status] = r.error
+    return ProbeRecord(
+        index=index,
+        phase=phase,
+        rate_rps=rate_rps,
+        attempt=attempt,
+        repeat=repeat,
+        warmup_s=warmup_s,
+        window_s=window_s,
+        started_utc=started_utc,
+        window_start_ns=window_start_ns,
+        window_end_ns=window_end_ns,
+        end_ns=max([window_end_ns, *(r.t_end_ns for r in window)]),
+        window_requests=n,
+        ok=len(ok_rows),
+        failed=n - len(ok_rows),
+        failures_by_cause=metrics.failures_by_cause(table.status),
+        failure_examples=examples,
+        output_tokens=sum(r.output_tokens for r in ok_rows),
+        goodput_tok_s=metrics.goodput_tok_s(table, window_s),
+        request_throughput_rps=metrics.request_throughput_rps(table, window_s),
+        offered_rate_rps=offered,
+        achieved_rate_rps=achieved,
+        send_lag_p99_ms=send_lag_p99,
+        send_lag_max_ms=float(send_lags[-1]) if n else 0.0,
+        slot_wait_s=slot_wait_s,
+        client_bound=client_bound,
+        client_bound_reasons=reasons,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        itl_ms=_itl_stats(window),
+        e2e_ms=e2e,
+        slo_pass=metrics.slo_pass(ttft_ms=ttft, tpot_ms=tpot, slo=slo, client_bound=client_bound),
+        workers=max(1, len(shards)),
+        running_batch_mean=batch,
+        batch_source=batch_source,
+        output_length_violations=sum(1 for r in window if r.output_length_violation),
+        usage_mismatches=sum(1 for r in window if r.usage_mismatch),
+        approximate_output_tokens=sum(1 for r in ok_rows if r.output_tokens_approx),
+        max_in_flight=sum(s.max_in_flight for s in shards),
+        requests=table if keep_requests else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker pool
+
+
+class _WorkerPool:
+    """W worker processes, each with its own event loop and client."""
+
+    def __init__(self, inits: Sequence[WorkerInit]) -> None:
+        self._inits = list(inits)
+        self._procs: list[BaseProcess] = []
+        self._conns: list[Connection] = []
+        self._inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
+
+    def __len__(self) -> int:
+        return len(self._inits)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")
+        for init in self._inits:
+            parent, child = context.Pipe()
+            proc = context.Process(target=worker_main, args=(child, init), daemon=True)
+            proc.start()
+            child.close()
+            inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+            loop.add_reader(parent.fileno(), self._reader(parent, inbox))
+            self._procs.append(proc)
+            self._conns.append(parent)
+            self._inboxes.append(inbox)
+        for w in range(len(self._inits)):
+            message = await self._receive(w, timeout_s=_WORKER_START_TIMEOUT_S)
+            if message[0] != "ready":
+                raise TokenwattError(f"load worker {w} did not start: {message}")
+        logger.info("started %d load worker processes", len(self._inits))
+
+    @staticmethod
+    def _reader(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]]) -> Any:
+        def readable() -> None:
+            try:
+                inbox.put_nowait(conn.recv())
+            except (EOFError, OSError):
+                asyncio.get_running_loop().remove_reader(conn.fileno())
+                inbox.put_nowait(("dead",))
+
+        return readable
+
+    async def _receive(self, w: int, *, timeout_s: float | None = None) -> tuple[Any, ...]:
+        async with asyncio.timeout(timeout_s):
+            message = await self._inboxes[w].get()
+        if message[0] == "dead":
+            raise TokenwattError(
+                f"load worker {w} (pid {self._procs[w].pid}) died"
+                f" (exit code {self._procs[w].exitcode})"
+            )
+        if message[0] == "error":
+            raise TokenwattError(f"load worker failed: {message[1]}")
+        return message
+
+    def _send_all(self, message: tuple[Any, ...]) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(message)
+
+    async def run(self, plans: Sequence[ProbePlan]) -> list[ShardResult]:
+        for conn, plan in zip(self._conns, plans, strict=True):
+            conn.send(("probe", plan))
+        try:
+            for w in range(len(plans)):
+                message = await self._receive(w)
+                if message[0] != "window_done":
+                    raise TokenwattError(f"load worker {w}: unexpected message {message[0]}")
+            self._send_all(("stop",))
+            results: list[ShardResult] = []
+            for w in range(len(plans)):
+                message = await self._receive(w)
+                results.append(message[1])
+            return results
+        except BaseException:
+            self._send_all(("stop",))
+            raise
+
+    async def close(self) -> None:
+        """Stop every worker: ask first, then terminate what is left (bounded, under a second)."""
+        loop = asyncio.get_running_loop()
+        self._send_all(("exit",))
+        deadline = time.monotonic() + _WORKER_EXIT_TIMEOUT_S
+        # Polling: a process exit has no awaitable here, and this runs once per pool.
+        while any(p.is_alive() for p in self._procs) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self._procs:
+            proc.join(0.2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(0.2)
+        for conn in self._conns:
+            with contextlib.suppress(OSError, ValueError):
+                loop.remove_reader(conn.fileno())
+            conn.close()
+        self._procs.clear()
+        self._conns.clear()
+        self._inboxes.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# The load generator
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+class LoadGenerator:
+    """Runs probes against one server with one workload; keeps clients and workers between them.
+
+    Use as an async context manager, then call :meth:`probe` for each probe of a sweep::
+
+        async with LoadGenerator(spec.engine, workload, request_timeout_s=300) as gen:
+            record = await gen.probe(index=0, phase="search", rate_rps=8.0,
+                                     warmup_s=45, window_s=60, slo=spec.slo)
+
+    Args:
+        engine: the spec's engine section.
+        workload: the request stream (:func:`tokenwatt.load.workload.build_workload`).
+        base_url: replaces ``engine.endpoint`` (the simulator's URL when the endpoint is 'sim').
+        env: where the API key variable is read (default ``os.environ``).
+        request_timeout_s: a request not complete after this long has failed.
+        max_concurrency: most requests in flight over all workers; a window request that waits
+            for a slot makes the probe client-bound.
+        workers: worker processes; None = choose per probe (see the module docstring).
+        max_workers: upper bound for the automatic choice (default: CPUs available).
+        metrics_url: the engine's Prometheus ``/metrics`` URL, to sample the running batch.
+        transport: ``fast`` or ``httpx`` (see :mod:`tokenwatt.client.openai`).
+        headers: extra HTTP headers for every request.
+        spin_s: pacing precision window (see :mod:`tokenwatt.load._shard`).
+        in_process: run the (single) shard on the caller's event loop instead of a worker
+            process: no process start-up, but the caller's loop sets the timer precision
+            (asyncio's default is 1 ms) and anything else it runs delays the sends.
+    """
+
+    def __init__(
+        self,
+        engine: EngineSpec,
+        workload: Workload,
+        *,
+        base_url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        request_timeout_s: float = 300.0,
+        max_concurrency: int = 8192,
+        workers: int | None = None,
+        max_workers: int | None = None,
+        metrics_url: str | None = None,
+        transport: TransportName = "fast",
+        headers: Mapping[str, str] | None = None,
+        spin_s: float = DEFAULT_SPIN_S,
+        in_process: bool = False,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if workers is not None and workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.engine = engine
+        self.workload = workload
+        self.base_url = base_url
+        environ = os.environ if env is None else env
+        key_name = engine.api_key_env
+        self._env = {key_name: environ.get(key_name, "")} if key_name else {}
+        self.request_timeout_s = request_timeout_s
+        self.max_concurrency = max_concurrency
+        self.fixed_workers = workers
+        self.max_workers = max(1, max_workers if max_workers is not None else available_cpus())
+        self.metrics_url = metrics_url
+        self.transport: TransportName = transport
+        self.headers = dict(headers or {})
+        self.spin_s = spin_s
+        self.in_process = in_process
+        if in_process:
+            self.fixed_workers = 1
+            self.max_workers = 1
+        self._client: OpenAIClient | None = None
+        self._pool: _WorkerPool | None = None
+        self._mean_output: float | None = None
+
+    async def __aenter__(self) -> LoadGenerator:
+        # Build one client now so a missing API key or bad URL fails before any probe.
+        self._client = self._make_client()
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop workers and close connections."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def _make_client(self) -> OpenAIClient:
+        return OpenAIClient(
+            self.engine,
+            base_url=self.base_url,
+            env=self._env,
+            request_timeout_s=self.request_timeout_s,
+            transport=self.transport,
+            max_connections=self.max_concurrency,
+            headers=self.headers,
+        )
+
+    @property
+    def client(self) -> OpenAIClient:
+        """The in-process client (for discovery calls: models, version)."""
+        if self._client is None:
+            raise RuntimeError("use LoadGenerator as an async context manager")
+        return self._client
+
+    def _expected_output_tokens(self) -> float:
+        if self._mean_output is None:
+            sample = [self.workload.lengths(i, stream=0)[1] for i in range(256)]
+            self._mean_output = sum(sample) / len(sample)
+        return self._mean_output
+
+    def workers_for(self, rate_rps: float) -> int:
+        """Workers the next probe at ``rate_rps`` would use."""
+        if self.fixed_workers is not None:
+            return min(self.fixed_workers, self.max_concurrency)
+        planned = plan_workers(
+            rate_rps=rate_rps,
+            mean_output_tokens=self._expected_output_tokens(),
+            max_workers=self.max_workers,
+        )
+        return min(planned, self.max_concurrency)
+
+    async def _ensure_pool(self, workers: int) -> _WorkerPool | None:
+        if self.in_process:
+            return None
+        if self._pool is not None and len(self._pool) == workers:
+            return self._pool
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+        inits = [
+            WorkerInit(
+                engine=self.engine,
+                workload=self.workload,
+                base_url=self.base_url,
+                env=self._env,
+                headers=self.headers,
+                request_timeout_s=self.request_timeout_s,
+                transport=self.transport,
+                spin_s=self.spin_s,
+                log_level=logging.getLogger().getEffectiveLevel(),
+            )
+            for _ in range(workers)
+        ]
+        pool = _WorkerPool(inits)
+        try:
+            await pool.start()
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+        return pool
+
+    async def probe(
+        self,
+        *,
+        index: int,
+        phase: ProbePhase,
+        rate_rps: float,
+        warmup_s: float,
+        window_s: float,
+        slo: SloSpec,
+        attempt: int = 0,
+        repeat: int | None = None,
+        stream: int | None = None,
+        keep_requests: bool = True,
+    ) -> ProbeRecord:
+        """Run one probe and return its record.
+
+        Args:
+            index: position of the probe in the run; also the default workload stream, so
+                every probe sends prompts of its own.
+            phase: why the probe runs.
+            rate_rps: target arrival rate.
+            warmup_s: warm-up length, s.
+            window_s: measurement window length, s.
+            slo: the latency objective.
+            attempt: confirm: back-off attempt.
+            repeat: confirm: repeat number.
+            stream: workload stream (default: ``index``).
+            keep_requests: include the window requests table in the record.
+
+        Raises:
+            ValueError: a non-positive rate or window.
+            TokenwattError: a worker process failed.
+        """
+        if not rate_rps > 0 or not window_s > 0 or warmup_s < 0:
+            raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
+        base_stream = index if stream is None else stream
+        workers = self.workers_for(rate_rps)
+        tries = 0
+        while True:
+            record = await self._probe_once(
+                workers=workers,
+                stream=base_stream + tries * 1_000_003,
+                index=index,
+                phase=phase,
+                rate_rps=rate_rps,
+                warmup_s=warmup_s,
+                window_s=window_s,
+                slo=slo,
+                attempt=attempt,
+                repeat=repeat,
+                keep_requests=keep_requests,
+            )
+            pacing_bound = record.client_bound and not (
+                record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
+            )
+            if self.fixed_workers is not None or not pacing_bound or workers >= self.max_workers:
+                return record
+            more = min(self.max_workers, workers * 2, self.max_concurrency)
+            if more <= workers:
+                return record
+            logger.warning(
+                "probe %d at %.3f req/s was client-bound with %d worker(s) (%s): re-running"
+                " it with %d",
+                index,
+                rate_rps,
+                workers,
+                "; ".join(record.client_bound_reasons),
+                more,
+            )
+            workers = more
+            tries += 1
+
+    async def _probe_once(
+        self,
+        *,
+        workers: int,
+        stream: int,
+        index: int,
+        phase: ProbePhase,
+        rate_rps: float,
+        warmup_s: float,
+        window_s: float,
+        slo: SloSpec,
+        attempt: int,
+        repeat: int | None,
+        keep_requests: bool,
+    ) -> ProbeRecord:
+        pool = await self._ensure_pool(workers)
+        started = dt.datetime.now(dt.UTC)
+        t0_ns = time.monotonic_ns() + int(_START_LEAD_S * _NS)
+        window_start_ns = t0_ns + round(warmup_s * _NS)
+        window_end_ns = window_start_ns + round(window_s * _NS)
+        samples: list[float] = []
+        errors: list[str] = []
+        sampler: asyncio.Task[None] | None = None
+        if self.metrics_url is not None:
+            sampler = asyncio.get_running_loop().create_task(
+                _sample_running(self.metrics_url, window_start_ns, window_end_ns, samples, errors)
+            )
+        logger.info(
+            "probe %d (%s): %.3f req/s, warm-up %g s, window %g s, %d worker(s)",
+            index,
+            phase,
+            rate_rps,
+            warmup_s,
+            window_s,
+            workers,
+        )
+        try:
+            plans = [
+                ProbePlan(
+                    rate_rps=rate_rps,
+                    warmup_s=warmup_s,
+                    window_s=window_s,
+                    stream=stream,
+                    t0_ns=t0_ns,
+                    shard=w,
+                    shards=workers,
+                    max_concurrency=_share(self.max_concurrency, workers, w),
+                )
+                for w in range(workers)
+            ]
+            if pool is None:
+                shard = Shard(self.client, self.workload, spin_s=self.spin_s)
+                results = [await shard.run(plans[0], on_window_done=shard.stop)]
+            else:
+                results = await pool.run(plans)
+        except BaseException:
+            if sampler is not None:
+                sampler.cancel()
+            if pool is not None and self._pool is pool:
+                # Workers may be mid-probe: replace them rather than reuse them.
+                self._pool = None
+                await pool.close()
+            raise
+        if sampler is not None:
+            if not sampler.done():
+                sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            if errors and not samples:
+                logger.warning(
+                    "no %s samples from %s (%s): running batch from Little's law instead",
+                    _RUNNING_GAUGE,
+                    self.metrics_url,
+                    errors[0],
+                )
+        record = build_probe_record(
+            index=index,
+            phase=phase,
+            rate_rps=rate_rps,
+            attempt=attempt,
+            repeat=repeat,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            started_utc=started,
+            t0_ns=t0_ns,
+            shards=results,
+            slo=slo,
+            max_concurrency=self.max_concurrency,
+            running_samples=samples,
+            keep_requests=keep_requests,
+        )
+        logger.info(
+            "probe %d: %d window requests, %d failed, p99 TTFT %s ms, p99 TPOT %s ms, send lag"
+            " p99 %.3f ms%s",
+            index,
+            record.window_requests,
+            record.failed,
+            record.ttft_ms.p99,
+            record.tpot_ms.p99,
+            record.send_lag_p99_ms,
+            ", CLIENT-BOUND" if record.client_bound else "",
+        )
+        return record
+
+
+async def run_probe(
+    spec: Spec,
+    workload: Workload,
+    *,
+    index: int,
+    phase: ProbePhase,
+    rate_rps: float,
+    warmup_s: float,
+    window_s: float,
+    slo: SloSpec | None = None,
+    attempt: int = 0,
+    repeat: int | None = None,
+    metrics_url: str | None = None,
+    base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    workers: int | None = None,
+    transport: TransportName = "fast",
+    keep_requests: bool = True,
+) -> ProbeRecord:
+    """Run one probe of a spec (a one-off :class:`LoadGenerator`; a sweep should keep one).
+
+    ``request_timeout_s`` and ``max_concurrency`` come from ``spec.measurement``, the SLO from
+    ``spec.slo`` unless given.
+
+    Raises:
+        EndpointError: the API key variable is not set, or the URL is unusable.
+    """
+    try:
+        generator = LoadGenerator(
+            spec.engine,
+            workload,
+            base_url=base_url,
+            env=env,
+            request_timeout_s=float(spec.measurement.request_timeout_s),
+            max_concurrency=spec.measurement.max_concurrency,
+            workers=workers,
+            metrics_url=metrics_url,
+            transport=transport,
+        )
+    except ValueError as exc:
+        raise EndpointError(str(exc)) from exc
+    async with generator:
+        return await generator.probe(
+            index=index,
+            phase=phase,
+            rate_rps=rate_rps,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            slo=slo or spec.slo,
+            attempt=attempt,
+            repeat=repeat,
+            keep_requests=keep_requests,
+        )
