@@ -99,6 +99,7 @@ class FaultServer:
         self.port = 0
         self.requests = 0
         self.connections = 0
+        self.last_headers: dict[str, str] = {}
         self._writers: set[asyncio.StreamWriter] = set()
 
     def start(self) -> FaultServer:
@@ -117,11 +118,16 @@ class FaultServer:
             self._server.close()
             for writer in list(self._writers):
                 writer.close()
-            await asyncio.sleep(0)
+            await self._server.wait_closed()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
     def base_url(self, fault: str) -> str:
         assert fault in FAULTS, fault
@@ -132,10 +138,13 @@ class FaultServer:
         lines = head.decode("latin-1").split("\r\n")
         path = lines[0].split(" ")[1]
         length = 0
+        headers = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
             if name.strip().lower() == "content-length":
                 length = int(value)
+        self.last_headers = headers
         body = await reader.readexactly(length) if length else b""
         return path, json.loads(body) if body else {}
 
@@ -154,7 +163,12 @@ class FaultServer:
                 self.requests += 1
                 served += 1
                 fault = path.strip("/").split("/")[0]
-                keep = await self._respond(fault, path, body, served, writer)
+                try:
+                    keep = await self._respond(fault, path, body, served, writer)
+                except asyncio.CancelledError:
+                    # server shutdown while stalling: end quietly (asyncio would log the
+                    # cancelled handler as an error)
+                    return
                 if not keep:
                     return
         finally:

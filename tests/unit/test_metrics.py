@@ -107,7 +107,7 @@ def test_failures_goodput_throughput():
     assert metrics.failures_by_cause(t.status) == {"http_error": 1, "timeout": 2}
     assert metrics.goodput_tok_s(t, 4.0) == 12.0  # (32 + 16) / 4
     assert metrics.request_throughput_rps(t, 4.0) == 0.5
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positive"):
         metrics.goodput_tok_s(t, 0)
 
 
@@ -164,5 +164,5 @@ def test_littles_law_hand_worked():
     intervals = [(50, 150), (0, 1000), (300, 400), (180, 200)]
     assert metrics.littles_law_batch(intervals, 100, 200) == pytest.approx(1.7)
     assert metrics.littles_law_batch([], 100, 200) == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="after it starts"):
         metrics.littles_law_batch([], 100, 100)

@@ -44,7 +44,8 @@ DONE = b"data: [DONE]\n\n"
 def test_vllm_shape_one_event_per_read():
     r = run([tok(), tok(), tok(), tok(finish="length"), USAGE, DONE])
     assert r.status == "ok", r.error
-    assert r.output_tokens == 4 and not r.output_tokens_approx
+    assert r.output_tokens == 4
+    assert not r.output_tokens_approx
     assert r.input_tokens == 10
     assert r.chunk_ns == [1_001_000, 2_001_000, 3_001_000, 4_001_000]
     assert r.ttft_ms == pytest.approx(1.0)
@@ -53,7 +54,8 @@ def test_vllm_shape_one_event_per_read():
     assert r.e2e_ms == pytest.approx(6.000001)
     assert r.send_lag_ms == pytest.approx(0.0001)
     assert r.finish_reason == "length"
-    assert not r.usage_mismatch and not r.output_length_violation
+    assert not r.usage_mismatch
+    assert not r.output_length_violation
 
 
 def test_everything_in_one_read_takes_the_batch_path():
@@ -94,7 +96,8 @@ def test_chat_deltas_role_chunk_is_not_content():
 def test_no_usage_counts_chunks_and_marks_approximate():
     r = run([tok(), tok(), tok(), tok(finish="length"), DONE])
     assert r.status == "ok"
-    assert r.output_tokens == 4 and r.output_tokens_approx
+    assert r.output_tokens == 4
+    assert r.output_tokens_approx
     assert r.usage_output_tokens is None
     assert r.input_tokens == 10  # what was sent
 
