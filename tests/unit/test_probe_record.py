@@ -162,7 +162,8 @@ def test_scrape_gauge_sums_label_sets():
 
 
 def test_plan_workers():
+    # 1000 req/s or 30,000 events/s per worker (events = output tokens + usage + [DONE])
     assert plan_workers(rate_rps=10, mean_output_tokens=256, max_workers=8) == 1
-    assert plan_workers(rate_rps=3000, mean_output_tokens=10, max_workers=8) == 2
-    assert plan_workers(rate_rps=1000, mean_output_tokens=500, max_workers=8) == 8
-    assert plan_workers(rate_rps=1000, mean_output_tokens=500, max_workers=2) == 2
+    assert plan_workers(rate_rps=2500, mean_output_tokens=1, max_workers=8) == 3
+    assert plan_workers(rate_rps=1000, mean_output_tokens=148, max_workers=8) == 5
+    assert plan_workers(rate_rps=1000, mean_output_tokens=148, max_workers=2) == 2

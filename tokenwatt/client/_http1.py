@@ -26,7 +26,7 @@ import errno
 import logging
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -353,6 +353,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        hook = self.pool.io_hook
+        if hook is not None:
+            hook()
         exchange = self.exchange
         if exchange is None:  # bytes on an idle connection: it is out of step, drop it
             self.abort()
@@ -449,6 +452,8 @@ class HTTP1Pool:
         self._all: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.io_hook: Callable[[], None] | None = None
+        """Called before each network read is processed (see OpenAIClient.set_io_hook)."""
 
     @property
     def open_connections(self) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tokenwatt.client.sse import SSEDecoder, SSEError
+from tokenwatt.client.sse import SSEDecoder, SSEError, simple_payloads
 
 __all__ = ["FAILURE_CAUSES", "FailureCause", "RequestResult", "StreamState"]
 
@@ -208,19 +208,26 @@ _DONE = object()
 def _parse_many(events: Sequence[tuple[str, bytes]]) -> list[Any] | None:
     """Parse the JSON of several plain events in one call (one read often brings dozens).
 
-    Returns None when any event is not a plain JSON message (then each is parsed alone, which
-    also pinpoints the bad one): an ``event:`` type, or a payload that does not parse on its
-    own terms (the joined array must have exactly one element per event).
+    Returns None when any event is not a plain message (an ``event:`` type): then each is
+    parsed alone, which also pinpoints a bad one.
     """
     payloads: list[bytes] = []
-    done_at: list[int] = []
-    for position, (kind, payload) in enumerate(events):
+    for kind, payload in events:
         if kind != "message":
             return None
-        if payload == b"[DONE]":
-            done_at.append(position)
-        else:
-            payloads.append(payload)
+        payloads.append(payload)
+    return _parse_payloads(payloads)
+
+
+def _parse_payloads(payloads: list[bytes]) -> list[Any] | None:
+    """Parse event payloads as one JSON array; ``[DONE]`` becomes :data:`_DONE`.
+
+    None when that fails or when the array does not have exactly one element per payload (a
+    payload such as ``1,2`` would otherwise pass as two): the caller then parses one by one.
+    """
+    done_at = [i for i, p in enumerate(payloads) if p == b"[DONE]"]
+    if done_at:
+        payloads = [p for p in payloads if p != b"[DONE]"]
     try:
         parsed = _parse_json(b"[" + b",".join(payloads) + b"]")
     except ValueError:
@@ -230,6 +237,14 @@ def _parse_many(events: Sequence[tuple[str, bytes]]) -> list[Any] | None:
     for position in done_at:
         parsed.insert(position, _DONE)
     return parsed
+
+
+def _delta_text(choice: dict[str, Any]) -> Any:
+    """Text of a chat delta; reasoning tokens are output tokens too (usage counts them)."""
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return None
+    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
 
 
 class StreamState:
@@ -322,6 +337,13 @@ class StreamState:
             if len(self._body) < _ERROR_BODY_BYTES:
                 self._body += data[: _ERROR_BODY_BYTES - len(self._body)]
             return
+        if self._decoder.idle:
+            payloads = simple_payloads(data)
+            if payloads is not None:
+                parsed = _parse_payloads(payloads)
+                if parsed is not None:
+                    self._objects(parsed, t_ns)
+                    return
         try:
             events = self._decoder.feed(data)
         except SSEError as exc:
@@ -332,13 +354,7 @@ class StreamState:
         if len(events) > 1:
             parsed = _parse_many(events)
             if parsed is not None:
-                for obj in parsed:
-                    if obj is _DONE:
-                        self._got_done = True
-                    else:
-                        self._object(obj, "message", b"", t_ns)
-                        if self._done:
-                            return
+                self._objects(parsed, t_ns)
                 return
         for kind, payload in events:
             self._event(kind, payload, t_ns)
@@ -448,6 +464,45 @@ class StreamState:
             return
         self._object(obj, kind, data, t_ns)
 
+    def _objects(self, parsed: list[Any], t_ns: int) -> None:
+        """Several events that arrived together: :meth:`_object`'s work, inlined (hot path)."""
+        texts = 0
+        for obj in parsed:
+            if obj is _DONE:
+                self._got_done = True
+                continue
+            if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
+                if texts:
+                    self._add_chunks(texts, t_ns)
+                    texts = 0
+                self._object(obj, "message", b"", t_ns)
+                if self._done:
+                    return
+                continue
+            choices = obj.get("choices")
+            if choices:
+                has_text = False
+                for choice in choices:
+                    if type(choice) is not dict:
+                        continue
+                    if choice.get("text") or _delta_text(choice):
+                        has_text = True
+                    reason = choice.get("finish_reason")
+                    if reason:
+                        self._finish_reason = str(reason)
+                if has_text:
+                    texts += 1
+            usage = obj.get("usage")
+            if type(usage) is dict:
+                self._usage = usage
+        if texts:
+            self._add_chunks(texts, t_ns)
+
+    def _add_chunks(self, count: int, t_ns: int) -> None:
+        if self._t_first is None:
+            self._t_first = t_ns
+        self._chunks.extend([t_ns] * count)
+
     def _object(self, obj: Any, kind: str, data: bytes, t_ns: int) -> None:
         if type(obj) is not dict:
             shown = data[:120] or json.dumps(obj)[:120]
@@ -460,27 +515,15 @@ class StreamState:
         if choices:
             has_text = False
             for choice in choices:
-                if not isinstance(choice, dict):
+                if type(choice) is not dict:
                     continue
-                text = choice.get("text")
-                if not text:
-                    delta = choice.get("delta")
-                    if isinstance(delta, dict):
-                        # Reasoning tokens are output tokens too (usage counts them).
-                        text = (
-                            delta.get("content")
-                            or delta.get("reasoning_content")
-                            or delta.get("reasoning")
-                        )
-                if text:
+                if choice.get("text") or _delta_text(choice):
                     has_text = True
                 reason = choice.get("finish_reason")
                 if reason:
                     self._finish_reason = str(reason)
             if has_text:
-                if self._t_first is None:
-                    self._t_first = t_ns
-                self._chunks.append(t_ns)
+                self._add_chunks(1, t_ns)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._usage = usage

@@ -253,6 +253,7 @@ class OpenAIClient:
         self._http: httpx.AsyncClient | None = None
         self._pool: HTTP1Pool | None = None
         self._in_flight: set[Submitted] = set()
+        self._io_hook: Callable[[], None] | None = None
 
     @staticmethod
     def _api_key(engine: EngineSpec, env: Mapping[str, str]) -> str | None:
@@ -297,6 +298,7 @@ class OpenAIClient:
             )
         if self._pool is None and self.transport == "fast":
             self._pool = HTTP1Pool(self.base_url)
+            self._pool.io_hook = self._io_hook
         return self._http
 
     def cancel_all(self, reason: str = "cancelled by the harness") -> int:
@@ -316,6 +318,16 @@ class OpenAIClient:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+    def set_io_hook(self, hook: Callable[[], None] | None) -> None:
+        """Call ``hook`` before each network read of the fast transport is processed (or stop).
+
+        The probe runner uses it to send a request that falls due while the event loop is busy
+        with responses. The hook must be cheap and must not raise.
+        """
+        self._io_hook = hook
+        if self._pool is not None:
+            self._pool.io_hook = hook
 
     @property
     def in_flight(self) -> int:

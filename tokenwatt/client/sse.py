@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["MAX_EVENT_BYTES", "SSEDecoder", "SSEError", "SSEEvent"]
+__all__ = ["MAX_EVENT_BYTES", "SSEDecoder", "SSEError", "SSEEvent", "simple_payloads"]
 
 MAX_EVENT_BYTES = 64 * 1024 * 1024
 """Largest event (or unterminated line) accepted before the stream is declared malformed."""
@@ -32,6 +32,27 @@ class SSEEvent(NamedTuple):
     """Event type (``message`` unless an ``event:`` line named another)."""
     data: bytes
     """The joined ``data:`` lines, UTF-8 bytes as sent (JSON decoders take bytes directly)."""
+
+
+_SEPARATOR = b"\n\ndata: "
+
+
+def simple_payloads(chunk: bytes) -> list[bytes] | None:
+    """The payloads of a chunk made only of whole ``data: <payload>`` events, else None.
+
+    The usual shape of an LLM stream (one ``data: `` line per event, LF endings), recognised with
+    a few whole-chunk operations instead of a parse per line: the chunk must start with
+    ``data: ``, end with a blank line, hold no CR, and hold no newline other than the ones that
+    end its events. Anything else (comments, ``event:`` lines, multi-line data, a partial event)
+    returns None and must go through :class:`SSEDecoder`, which is only correct to skip when it
+    holds nothing (see :attr:`SSEDecoder.idle`).
+    """
+    if chunk[:6] != b"data: " or chunk[-2:] != b"\n\n" or b"\r" in chunk:
+        return None
+    payloads = chunk[6:-2].split(_SEPARATOR)
+    if chunk.count(b"\n") != 2 * len(payloads):
+        return None
+    return payloads
 
 
 class SSEDecoder:
@@ -78,12 +99,30 @@ class SSEDecoder:
         if rest:
             self._keep(rest)
         events: list[SSEEvent] = []
-        lines = complete.split(b"\n")
+        if self._data or self._event:
+            self._lines(complete, events)
+            return events
+        # Fast path, for the usual shape of one "data: ..." line per event: split on the blank
+        # lines that end events; anything else in a block goes through the line parser.
+        blocks = complete.split(b"\n\n")
+        tail = blocks.pop()  # b"" if complete ended an event, else lines of an unfinished one
+        for block in blocks:
+            if block[:6] == b"data: " and b"\n" not in block:
+                if len(block) - 6 > MAX_EVENT_BYTES:
+                    raise SSEError(f"an event is larger than {MAX_EVENT_BYTES} bytes")
+                events.append(tuple.__new__(SSEEvent, ("message", block[6:])))
+            elif block:
+                self._lines(block + b"\n\n", events)
+        if tail:
+            self._lines(tail, events)
+        return events
+
+    def _lines(self, text: bytes, events: list[SSEEvent]) -> None:
+        """Parse whole lines (``text`` ends with LF), appending dispatched events."""
+        lines = text.split(b"\n")
         lines.pop()  # the empty string after the final LF
         data = self._data
         for line in lines:
-            # The two line kinds of nearly every event come first: "data: ..." and the blank
-            # line that dispatches it.
             if line[:5] == b"data:":
                 value = line[5:]
                 data.append(value[1:] if value[:1] == b" " else value)
@@ -107,7 +146,6 @@ class SSEDecoder:
                 self._event = value
             # 'id' and 'retry' mean nothing to a one-shot LLM stream; unknown fields are ignored
             # as the standard requires.
-        return events
 
     def close(self) -> SSEEvent | None:
         """End of stream: return an event left without its terminating empty line, if any.
@@ -120,6 +158,11 @@ class SSEDecoder:
         if self._data:
             return self._dispatch()
         return None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is held: the next chunk starts a fresh line and a fresh event."""
+        return not (self._pending or self._data or self._event or self._skip_lf)
 
     @property
     def buffered_bytes(self) -> int:

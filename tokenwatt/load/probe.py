@@ -79,10 +79,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-REQUESTS_PER_WORKER = 1500.0
+REQUESTS_PER_WORKER = 1000.0
 """Requests per second one worker is planned for (measured ceiling: benchmarks/README.md)."""
 
-EVENTS_PER_WORKER = 60_000.0
+EVENTS_PER_WORKER = 30_000.0
 """Streamed events per second one worker is planned for."""
 
 _START_LEAD_S = 0.2
@@ -298,6 +298,8 @@ def build_probe_record(
         usage_mismatches=sum(1 for r in window if r.usage_mismatch),
         approximate_output_tokens=sum(1 for r in ok_rows if r.output_tokens_approx),
         max_in_flight=sum(s.max_in_flight for s in shards),
+        client_cpu_s=sum(s.cpu_s for s in shards),
+        client_preemptions=sum(s.preemptions for s in shards),
         requests=table if keep_requests else None,
     )
 

@@ -164,6 +164,13 @@ class ProbeRecord(StrictModel):
     max_in_flight: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="Most requests in flight at once (sum over workers)"
     )
+    client_cpu_s: NonNegFloat | None = Field(
+        default=None, description="CPU time the load generator used during the probe, s"
+    )
+    client_preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Times the load generator was preempted (involuntary context switches)",
+    )
     requests: RequestTable | None = Field(default=None, description="The window requests")
 
     @model_validator(mode="after")
