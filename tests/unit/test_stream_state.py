@@ -47,7 +47,7 @@ def test_vllm_shape_one_event_per_read():
     assert r.output_tokens == 4
     assert not r.output_tokens_approx
     assert r.input_tokens == 10
-    assert r.chunk_ns == [1_001_000, 2_001_000, 3_001_000, 4_001_000]
+    assert list(r.chunk_ns) == [1_001_000, 2_001_000, 3_001_000, 4_001_000]
     assert r.ttft_ms == pytest.approx(1.0)
     assert r.tpot_ms == pytest.approx(1.0)  # 3 ms over 3 gaps
     assert r.itl_ms == pytest.approx([1.0, 1.0, 1.0])

@@ -11,6 +11,7 @@ or on the chunk with ``finish_reason`` (llama-server, transformers serve), no ``
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -83,8 +84,9 @@ class RequestResult:
     """Arrival of the first chunk that carried output text."""
     t_last_ns: int | None = None
     """Arrival of the last chunk that carried output text."""
-    chunk_ns: list[int] = field(default_factory=list)
-    """Arrival time of every content chunk (an event with output text)."""
+    chunk_ns: array[int] = field(default_factory=lambda: array("q"))
+    """Arrival time of every content chunk (an event with output text); 8 bytes each, as a
+    long window at a high token rate holds millions of them."""
     output_tokens: int = 0
     """Output tokens: the server's usage when given, else the count of content chunks."""
     output_tokens_approx: bool = False
@@ -307,7 +309,7 @@ class StreamState:
         self._mode = _MODE_SSE
         self._status: int | None = None
         self._body = bytearray()
-        self._chunks: list[int] = []
+        self._chunks: array[int] = array("q")
         self._t_first: int | None = None
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
@@ -501,7 +503,10 @@ class StreamState:
     def _add_chunks(self, count: int, t_ns: int) -> None:
         if self._t_first is None:
             self._t_first = t_ns
-        self._chunks.extend([t_ns] * count)
+        if count == 1:
+            self._chunks.append(t_ns)
+        else:
+            self._chunks.extend([t_ns] * count)
 
     def _object(self, obj: Any, kind: str, data: bytes, t_ns: int) -> None:
         if type(obj) is not dict:
