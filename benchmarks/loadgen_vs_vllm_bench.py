@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import tempfile
@@ -35,15 +36,53 @@ from pathlib import Path
 from loadgen_common import conditions, start_vllm, vllm_bench_command
 
 from tests import factories
+from tokenwatt.client.openai import GenerationRequest, OpenAIClient
 from tokenwatt.load.probe import LoadGenerator
-from tokenwatt.load.workload import build_workload
+from tokenwatt.load.workload import _WORDS, Workload, build_workload
 from tokenwatt.schema.run import ProbeRecord
 
 MARKER = "Starting main benchmark run"
 
 
+class TextWorkload(Workload):
+    """The same lengths, but text prompts (as vllm bench sends), so the server tokenizes them.
+
+    ``words_per_token`` is calibrated against the server's own prompt token count.
+    """
+
+    words_per_token = 1.0
+
+    def request(self, index: int, *, stream: int = 0) -> GenerationRequest:
+        ids = super().request(index, stream=stream)
+        pick = random.Random(f"{self.seed}-{stream}-{index}")
+        words = round(ids.input_tokens * self.words_per_token)
+        text = " ".join(pick.choice(_WORDS) for _ in range(max(words, 1)))
+        return GenerationRequest(
+            index=index, max_tokens=ids.max_tokens, input_tokens=ids.input_tokens, prompt_text=text
+        )
+
+
+async def calibrate(base_url: str, input_len: int) -> float:
+    """Words per server token for TextWorkload's word list (one request, the server's usage)."""
+    spec = factories.spec(engine={"endpoint": f"{base_url}/v1", "model": "tiny"})
+    text = " ".join(random.Random(0).choice(_WORDS) for _ in range(input_len))
+    request = GenerationRequest(index=0, max_tokens=2, input_tokens=input_len, prompt_text=text)
+    async with OpenAIClient(spec.engine) as client:
+        result = await client.generate(request)
+    if not result.ok or result.output_tokens_approx:
+        raise RuntimeError(f"calibration request failed: {result.error}")
+    return input_len / result.input_tokens
+
+
 async def ours(
-    base_url: str, *, rate: float, window_s: float, warmup_s: float, index: int, input_len: int
+    base_url: str,
+    *,
+    rate: float,
+    window_s: float,
+    warmup_s: float,
+    index: int,
+    input_len: int,
+    words_per_token: float | None,
 ) -> ProbeRecord:
     spec = factories.spec(
         engine={"endpoint": f"{base_url}/v1", "model": "tiny"},
@@ -51,6 +90,9 @@ async def ours(
         slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
     )
     work = build_workload(spec, context_tokens=4096)
+    if words_per_token is not None:
+        work.__class__ = TextWorkload
+        work.words_per_token = words_per_token  # type: ignore[attr-defined]
     # One worker, fixed: on this 2-core box more processes only add contention. No /metrics
     # scraping: vllm bench does not scrape, and each scrape costs vLLM's API server ~6 ms.
     async with LoadGenerator(spec.engine, work, request_timeout_s=120, workers=1) as gen:
@@ -85,7 +127,14 @@ def pin_clients_off_vllm_worker() -> set[int]:
 
 
 def one_round(
-    base: str, tmp: Path, *, rate: float, requests: int, rnd: int, input_len: int
+    base: str,
+    tmp: Path,
+    *,
+    rate: float,
+    requests: int,
+    rnd: int,
+    input_len: int,
+    words_per_token: float | None,
 ) -> dict:
     half = rate / 2
     name = f"round-{rnd}.json"
@@ -125,6 +174,7 @@ def one_round(
                 warmup_s=1.0,
                 index=rnd,
                 input_len=input_len,
+                words_per_token=words_per_token,
             )
         )
         proc.wait(600)
@@ -174,6 +224,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=90, help="vllm bench requests per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--input-len", type=int, default=64, help="prompt tokens")
+    parser.add_argument(
+        "--text-prompts",
+        action="store_true",
+        help="tokenwatt sends text prompts too (as vllm bench does) instead of token ids",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -183,6 +238,10 @@ def main() -> None:
     print(f"clients pinned to CPUs {pin_clients_off_vllm_worker()} (both tokenwatt and vllm bench)")
     rows = []
     try:
+        words_per_token = None
+        if args.text_prompts:
+            words_per_token = asyncio.run(calibrate(server.base_url, args.input_len))
+            print(f"text prompts: {words_per_token:.3f} words per token")
         with tempfile.TemporaryDirectory(prefix="tw-vs-vllm-") as tmp:
             for rnd in range(args.rounds):
                 row = one_round(
@@ -192,6 +251,7 @@ def main() -> None:
                     requests=args.requests,
                     rnd=rnd,
                     input_len=args.input_len,
+                    words_per_token=words_per_token,
                 )
                 rows.append(row)
                 v, t = row["vllm_bench"], row["tokenwatt"]
@@ -214,11 +274,13 @@ def main() -> None:
 
     print(
         f"\n{args.rounds} rounds at {args.rate:g} req/s in total, half from each client,"
-        f" {args.input_len} prompt / 32 output tokens"
+        f" {args.input_len} prompt / 32 output tokens,"
+        f" tokenwatt sending {'text' if args.text_prompts else 'token-id'} prompts"
     )
     valid = [r for r in rows if not r["tokenwatt"]["client_bound"]]
     verdict = None
     for title, subset in (("all rounds", rows), ("rounds tokenwatt calls valid", valid)):
+        verdict = None
         if not subset:
             print(f"  {title}: none")
             continue
@@ -231,8 +293,8 @@ def main() -> None:
             print(f"    p50 {label.upper()} over their requests {v:9.2f} {t:11.2f} {t / v:7.3f}")
         verdict = ok
     print(
-        "p50 TTFT and TPOT within 10 % (over the rounds tokenwatt did not flag as"
-        f" client-bound): {'yes' if verdict else 'NO' if verdict is not None else 'no valid round'}"
+        "p50 TTFT and TPOT within 10 % over the rounds tokenwatt did not flag as client-bound:"
+        f" {'yes' if verdict else 'NO' if verdict is not None else 'no such round'}"
     )
     print(f"conditions at end: {end}")
     if args.json:

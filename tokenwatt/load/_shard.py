@@ -1,4 +1,4 @@
-"""One share of a probe's requests on one event loop, and the worker process that hosts it.
+"""One share of a probe's requests on one event loop (worker processes: :mod:`._workers`).
 
 A probe with W workers gives request ``i`` to worker ``i mod W``. Every worker walks the same
 seeded schedule (offsets from a common start time on the system-wide monotonic clock) and builds
@@ -25,31 +25,24 @@ import ctypes
 import ctypes.util
 import gc
 import logging
-import os
 import resource
 import select
 import selectors
-import signal
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from typing import Any
 
-from tokenwatt.client.openai import OpenAIClient, PreparedRequest, RequestResult, TransportName
+from tokenwatt.client.openai import OpenAIClient, PreparedRequest, RequestResult
 from tokenwatt.load.workload import Workload
-from tokenwatt.schema.spec import EngineSpec
 
 __all__ = [
     "ProbePlan",
     "Shard",
     "ShardResult",
-    "WorkerInit",
     "precise_event_loop",
     "reduce_timer_slack",
-    "worker_main",
 ]
 
 logger = logging.getLogger(__name__)
@@ -317,89 +310,3 @@ class Shard:
         if self._all_window_scheduled and self._window_pending == 0 and not self._window_done_sent:
             self._window_done_sent = True
             self._on_window_done()
-
-
-# ---------------------------------------------------------------------------------------------
-# Worker processes
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInit:
-    """Everything a worker process needs to build its client (sent once, over a pipe)."""
-
-    engine: EngineSpec
-    workload: Workload
-    base_url: str | None
-    env: dict[str, str]
-    """Only the API key variable, if the engine names one."""
-    headers: dict[str, str]
-    request_timeout_s: float
-    transport: TransportName
-    spin_s: float
-    log_level: int
-
-
-def worker_main(conn: Connection, init: WorkerInit) -> None:
-    """Entry point of a worker process: serve probe commands until told to exit.
-
-    Messages in: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``.
-    Messages out: ``("ready", pid)``, ``("window_done",)``, ``("result", ShardResult)``,
-    ``("error", text)``.
-    """
-    # Ctrl-C reaches the whole process group; the parent decides how workers stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=init.log_level)
-    if not reduce_timer_slack():
-        logger.debug("could not reduce the timer slack: pacing is coarser")
-    try:
-        with asyncio.Runner(loop_factory=precise_event_loop) as runner:
-            runner.run(_serve(conn, init))
-    finally:
-        conn.close()
-
-
-async def _serve(conn: Connection, init: WorkerInit) -> None:
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            inbox.put_nowait(conn.recv())
-        except (EOFError, OSError):  # the parent is gone
-            loop.remove_reader(conn.fileno())
-            inbox.put_nowait(("exit",))
-
-    loop.add_reader(conn.fileno(), readable)
-    task: asyncio.Task[None] | None = None
-    async with OpenAIClient(
-        init.engine,
-        base_url=init.base_url,
-        env=init.env,
-        headers=init.headers,
-        request_timeout_s=init.request_timeout_s,
-        transport=init.transport,
-    ) as client:
-        shard = Shard(client, init.workload, spin_s=init.spin_s)
-
-        async def run(plan: ProbePlan) -> None:
-            try:
-                result = await shard.run(plan, on_window_done=lambda: conn.send(("window_done",)))
-            except (OSError, ValueError, RuntimeError) as exc:
-                conn.send(("error", f"worker {plan.shard}: {type(exc).__name__}: {exc}"))
-                return
-            conn.send(("result", result))
-
-        conn.send(("ready", os.getpid()))
-        while True:
-            message = await inbox.get()
-            if message[0] == "probe":
-                task = loop.create_task(run(message[1]))
-            elif message[0] == "stop":
-                shard.stop()
-            else:  # exit
-                shard.stop()
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                break
-    loop.remove_reader(conn.fileno())
