@@ -38,12 +38,12 @@ def conditions() -> str:
     )
 
 
-def start_nginx(*, workers: int = 1) -> Peer:
+def start_nginx(*, workers: int = 1, ttft_ms: float = 0, itl_ms: float = 0) -> Peer:
     port = free_port()
     pid = run_start_script(
         PEERS / "start-nginx-sse.sh",
         str(port),
-        env={"TTFT_MS": "0", "ITL_MS": "0", "WORKERS": str(workers)},
+        env={"TTFT_MS": f"{ttft_ms:g}", "ITL_MS": f"{itl_ms:g}", "WORKERS": str(workers)},
         timeout_s=600,
     )
     return Peer("nginx-sse", port, pid)

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from loadgen_common import conditions, start_vllm, vllm_bench_command
+from loadgen_common import conditions, start_nginx, start_vllm, vllm_bench_command
 
 from tests import factories
 from tokenwatt.client.openai import GenerationRequest, OpenAIClient
@@ -42,6 +42,7 @@ from tokenwatt.load.workload import _WORDS, Workload, build_workload
 from tokenwatt.schema.run import ProbeRecord
 
 MARKER = "Starting main benchmark run"
+MODEL = ["tiny"]  # "sim" when the server is nginx-sse (--nginx-ttft-ms)
 
 
 class TextWorkload(Workload):
@@ -64,7 +65,7 @@ class TextWorkload(Workload):
 
 async def calibrate(base_url: str, input_len: int) -> float:
     """Words per server token for TextWorkload's word list (one request, the server's usage)."""
-    spec = factories.spec(engine={"endpoint": f"{base_url}/v1", "model": "tiny"})
+    spec = factories.spec(engine={"endpoint": f"{base_url}/v1", "model": MODEL[0]})
     text = " ".join(random.Random(0).choice(_WORDS) for _ in range(input_len))
     request = GenerationRequest(index=0, max_tokens=2, input_tokens=input_len, prompt_text=text)
     async with OpenAIClient(spec.engine) as client:
@@ -85,7 +86,7 @@ async def ours(
     words_per_token: float | None,
 ) -> ProbeRecord:
     spec = factories.spec(
-        engine={"endpoint": f"{base_url}/v1", "model": "tiny"},
+        engine={"endpoint": f"{base_url}/v1", "model": MODEL[0]},
         workload={"input_tokens": input_len, "output_tokens": 32, "seed": 1},
         slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
     )
@@ -146,8 +147,8 @@ def one_round(
         input_len=input_len,
         output_len=32,
         request_rate=half,
-        backend="vllm",
-        model="tiny",
+        backend="vllm" if MODEL[0] == "tiny" else "openai",
+        model=MODEL[0],
         seed=rnd,
     )
     started = threading.Event()
@@ -225,6 +226,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--input-len", type=int, default=64, help="prompt tokens")
     parser.add_argument(
+        "--nginx-ttft-ms",
+        type=float,
+        help="use nginx-sse with this fixed TTFT (and --nginx-itl-ms) instead of vLLM",
+    )
+    parser.add_argument("--nginx-itl-ms", type=float, default=5.0)
+    parser.add_argument(
         "--text-prompts",
         action="store_true",
         help="tokenwatt sends text prompts too (as vllm bench does) instead of token ids",
@@ -234,8 +241,15 @@ def main() -> None:
 
     start = conditions()
     print(f"conditions at start: {start}")
-    server = start_vllm()
-    print(f"clients pinned to CPUs {pin_clients_off_vllm_worker()} (both tokenwatt and vllm bench)")
+    if args.nginx_ttft_ms is not None:
+        # Ground truth: nginx-sse waits exactly this long before the first token, then
+        # --nginx-itl-ms between tokens; both clients' error is then visible directly.
+        MODEL[0] = "sim"
+        server = start_nginx(ttft_ms=args.nginx_ttft_ms, itl_ms=args.nginx_itl_ms)
+        print(f"server: nginx-sse, TTFT {args.nginx_ttft_ms:g} ms, ITL {args.nginx_itl_ms:g} ms")
+    else:
+        server = start_vllm()
+        print(f"clients pinned to CPUs {pin_clients_off_vllm_worker()} (tokenwatt and vllm bench)")
     rows = []
     try:
         words_per_token = None
