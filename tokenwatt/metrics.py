@@ -1,45 +1,244 @@
-"""Latency statistics over a probe's window requests.
+"""Latency statistics, throughput, goodput, the client-bound rule and SLO pass (pure functions).
 
-Percentiles are nearest-rank: the p-th percentile of n values is the value at rank
-``ceil(p/100 x n)`` of the sorted values. It is always one of the observed values, and a failed
-request (counted as +inf latency) can only push it up, never make a probe look better.
+Definitions are DESIGN.md's ("Request timings", "Failed request", "Probe", "SLO pass").
+
+Percentiles use one method everywhere: **nearest rank**. The p-th percentile of n values is the
+value of rank ``ceil(p / 100 * n)`` in ascending order (1-based), i.e. the smallest value with at
+least p % of the values at or below it. It always returns one of the measured values, never an
+interpolation, so it is well defined when some values are +inf: a failed request counts as +inf
+latency (DESIGN.md), and numpy's default linear interpolation would turn ``[1, 2, 3, inf]`` into
+NaN at p99. Example: p50 of ``[1, 2, 3, 4]`` is 2 (linear interpolation would say 2.5); p99 of 100
+values is the 99th smallest, so one failure in 100 requests leaves p99 finite and two make it inf.
+
+The mean is +inf as soon as one value is +inf.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
-from tokenwatt.schema.run import LatencyStats
+import numpy as np
+import numpy.typing as npt
 
-__all__ = ["latency_stats", "percentile"]
+from tokenwatt.schema.run import LatencyStats, RequestTable
+from tokenwatt.schema.spec import SloSpec
+
+__all__ = [
+    "MAX_SEND_LAG_P99_MS",
+    "MIN_ACHIEVED_RATE_FRACTION",
+    "PERCENTILES",
+    "client_bound_reasons",
+    "failures_by_cause",
+    "goodput_tok_s",
+    "latency_stats",
+    "littles_law_batch",
+    "nearest_rank",
+    "request_throughput_rps",
+    "slo_pass",
+    "table_latency_stats",
+]
+
+PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+"""The percentiles every latency summary reports."""
+
+MIN_ACHIEVED_RATE_FRACTION = 0.97
+"""DESIGN.md: an achieved arrival rate under 97 % of the offered rate makes a probe client-bound."""
+
+MAX_SEND_LAG_P99_MS = 10.0
+"""DESIGN.md: a probe whose p99 send lag exceeds 10 ms is client-bound."""
+
+TableColumn = Literal["ttft_ms", "tpot_ms", "e2e_ms"]
 
 
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile of already sorted values (``p`` in (0, 100]).
+def nearest_rank(sorted_values: npt.NDArray[np.float64], p: float) -> float:
+    """The p-th percentile of already sorted values by the nearest-rank method.
+
+    Args:
+        sorted_values: values in ascending order (+inf allowed, NaN not), at least one.
+        p: percentile in (0, 100].
+
+    Returns:
+        The value of rank ``ceil(p / 100 * n)`` (1-based).
 
     Raises:
-        ValueError: for no values or ``p`` out of range.
+        ValueError: on an empty array or p outside (0, 100].
     """
-    if not sorted_values:
-        raise ValueError("percentile of no values")
-    if not 0 < p <= 100:
-        raise ValueError(f"percentile {p} is not in (0, 100]")
-    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
-    return float(sorted_values[rank - 1])
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("nearest_rank of no values")
+    if not 0.0 < p <= 100.0:
+        raise ValueError(f"percentile {p} is outside (0, 100]")
+    # p / 100 * n can land a hair above an integer in floating point (e.g. 0.29 * 100):
+    # round to 9 decimals before ceil so exact ranks stay exact.
+    rank = max(1, math.ceil(round(p / 100.0 * n, 9)))
+    return float(sorted_values[min(rank, n) - 1])
 
 
-def latency_stats(values_ms: Sequence[float | None]) -> LatencyStats:
-    """Mean and p50/p90/p95/p99 of latencies in ms; ``None`` (a failed request) counts as +inf."""
-    values = sorted(math.inf if v is None else float(v) for v in values_ms)
-    if not values:
+def _as_array(values: Sequence[float | None] | npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    if isinstance(values, np.ndarray):
+        array = values.astype(np.float64, copy=False)
+    else:
+        array = np.fromiter(
+            (math.inf if v is None else v for v in values), dtype=np.float64, count=len(values)
+        )
+    if np.isnan(array).any():
+        raise ValueError("latency values contain NaN")
+    if (array < 0).any():
+        raise ValueError("latency values contain a negative number")
+    return array
+
+
+def latency_stats(values_ms: Sequence[float | None] | npt.NDArray[np.float64]) -> LatencyStats:
+    """Mean and p50/p90/p95/p99 of latencies in ms, a failed request (None) counting as +inf.
+
+    Args:
+        values_ms: one latency per request (or per gap, for ITL); None marks a failed request.
+
+    Returns:
+        The summary; with no values every statistic is None and ``count`` is 0.
+
+    Raises:
+        ValueError: if a value is NaN or negative.
+    """
+    array = _as_array(values_ms)
+    if array.size == 0:
         return LatencyStats(count=0)
-    mean = math.inf if math.isinf(values[-1]) else sum(values) / len(values)
-    return LatencyStats(
-        count=len(values),
-        mean=mean,
-        p50=percentile(values, 50),
-        p90=percentile(values, 90),
-        p95=percentile(values, 95),
-        p99=percentile(values, 99),
-    )
+    array = np.sort(array)
+    # math.fsum would be exact but slow on millions of ITL gaps; numpy's pairwise sum is
+    # accurate to ~1e-13 relative, far below what a latency in ms can resolve.
+    mean = math.inf if math.isinf(array[-1]) else float(array.sum() / array.size)
+    p50, p90, p95, p99 = (nearest_rank(array, p) for p in PERCENTILES)
+    return LatencyStats(count=int(array.size), mean=mean, p50=p50, p90=p90, p95=p95, p99=p99)
+
+
+def table_latency_stats(table: RequestTable, column: TableColumn) -> LatencyStats:
+    """Latency summary of one column of a probe's window requests.
+
+    A failed request (status other than ``"ok"``) counts as +inf whatever its column holds. A
+    successful request with no value is left out: TPOT is undefined with fewer than two output
+    tokens, TTFT when a request legitimately produced no text.
+
+    Args:
+        table: the window requests.
+        column: ``ttft_ms``, ``tpot_ms`` or ``e2e_ms``.
+    """
+    values: list[float | None] = []
+    for status, value in zip(table.status, getattr(table, column), strict=True):
+        if status != "ok":
+            values.append(None)
+        elif value is not None:
+            values.append(value)
+    return latency_stats(values)
+
+
+def failures_by_cause(statuses: Iterable[str]) -> dict[str, int]:
+    """Count failed requests by cause (every status other than ``"ok"``), sorted by cause."""
+    counts = Counter(s for s in statuses if s != "ok")
+    return dict(sorted(counts.items()))
+
+
+def goodput_tok_s(table: RequestTable, window_s: float) -> float:
+    """Output tokens of the successful window requests divided by the window length, tok/s."""
+    if window_s <= 0:
+        raise ValueError(f"window_s must be positive, got {window_s}")
+    tokens = sum(n for n, s in zip(table.output_tokens, table.status, strict=True) if s == "ok")
+    return tokens / window_s
+
+
+def request_throughput_rps(table: RequestTable, window_s: float) -> float:
+    """Successful window requests divided by the window length, req/s."""
+    if window_s <= 0:
+        raise ValueError(f"window_s must be positive, got {window_s}")
+    return sum(1 for s in table.status if s == "ok") / window_s
+
+
+def client_bound_reasons(
+    *,
+    offered_rate_rps: float,
+    achieved_rate_rps: float,
+    send_lag_p99_ms: float,
+    slot_waits: int = 0,
+    slot_wait_s: float = 0.0,
+    max_concurrency: int | None = None,
+    client_errors: int = 0,
+) -> list[str]:
+    """Why the load generator, not the server, limited a probe (empty list: it did not).
+
+    DESIGN.md: client-bound when the achieved arrival rate is under 97 % of the offered rate or the
+    p99 send lag exceeds 10 ms. Two more reasons follow from the same principle: a window request
+    that waited for a concurrency slot was held back by the harness, and a request that failed
+    for a client-side reason (out of file descriptors or local ports) says nothing about the
+    server.
+
+    Args:
+        offered_rate_rps: arrival rate the schedule offered inside the window, req/s.
+        achieved_rate_rps: arrival rate actually delivered, req/s.
+        send_lag_p99_ms: p99 of actual minus scheduled send time, ms.
+        slot_waits: window requests that waited for a concurrency slot.
+        slot_wait_s: total time they waited, s.
+        max_concurrency: the cap, for the message.
+        client_errors: window requests that failed for a client-side reason.
+    """
+    reasons: list[str] = []
+    if offered_rate_rps > 0 and achieved_rate_rps < MIN_ACHIEVED_RATE_FRACTION * offered_rate_rps:
+        reasons.append(
+            f"achieved arrival rate {achieved_rate_rps:.3f} req/s is under"
+            f" {MIN_ACHIEVED_RATE_FRACTION:.0%} of the offered {offered_rate_rps:.3f} req/s"
+        )
+    if not send_lag_p99_ms <= MAX_SEND_LAG_P99_MS:
+        reasons.append(f"p99 send lag {send_lag_p99_ms:.2f} ms exceeds {MAX_SEND_LAG_P99_MS:g} ms")
+    if slot_waits > 0:
+        cap = f" (max_concurrency {max_concurrency})" if max_concurrency is not None else ""
+        reasons.append(
+            f"{slot_waits} window requests waited {slot_wait_s:.3f} s in total for a"
+            f" concurrency slot{cap}"
+        )
+    if client_errors > 0:
+        reasons.append(
+            f"{client_errors} window requests failed for a client-side reason"
+            " (file descriptors or local ports exhausted)"
+        )
+    return reasons
+
+
+def slo_pass(
+    *, ttft_ms: LatencyStats, tpot_ms: LatencyStats, slo: SloSpec, client_bound: bool
+) -> bool:
+    """DESIGN.md "SLO pass": p99 TTFT and p99 TPOT within the SLO and not client-bound.
+
+    A probe with no window requests, or whose p99 is unknown, does not pass.
+    """
+    if client_bound or ttft_ms.p99 is None or tpot_ms.p99 is None:
+        return False
+    return ttft_ms.p99 <= slo.ttft_p99_ms and tpot_ms.p99 <= slo.tpot_p99_ms
+
+
+def littles_law_batch(
+    intervals_ns: Iterable[tuple[int, int]], window_start_ns: int, window_end_ns: int
+) -> float:
+    """Time-average number of intervals open inside a window (Little's law).
+
+    With the intervals being requests' decode phases (first token to last token), this is the
+    mean running decode batch: the total decode time that falls inside the window divided by the
+    window length.
+
+    Args:
+        intervals_ns: (start, end) pairs on the monotonic clock, ns; end >= start.
+        window_start_ns: window start, ns.
+        window_end_ns: window end, ns (after the start).
+
+    Raises:
+        ValueError: if the window is empty.
+    """
+    length = window_end_ns - window_start_ns
+    if length <= 0:
+        raise ValueError("the window must end after it starts")
+    busy = 0
+    for start, end in intervals_ns:
+        overlap = min(end, window_end_ns) - max(start, window_start_ns)
+        if overlap > 0:
+            busy += overlap
+    return busy / length

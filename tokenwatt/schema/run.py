@@ -114,12 +114,25 @@ class ProbeRecord(StrictModel):
     ok: Annotated[int, Field(ge=0)] = Field(description="Window requests that succeeded")
     failed: Annotated[int, Field(ge=0)] = Field(description="Window requests that failed")
     failures_by_cause: dict[str, int] = Field(default_factory=dict, description="Failures by cause")
+    failure_examples: dict[str, str] = Field(
+        default_factory=dict, description="The error text of one failed request per cause"
+    )
     output_tokens: Annotated[int, Field(ge=0)] = Field(
         description="Output tokens of the successful window requests"
     )
     goodput_tok_s: NonNegFloat = Field(description="output_tokens / window_s, tok/s")
     achieved_rate_rps: NonNegFloat = Field(description="Window requests actually sent / window_s")
+    offered_rate_rps: NonNegFloat | None = Field(
+        default=None,
+        description="Window requests the schedule offered / window_s (the 97 % rule's reference)",
+    )
+    request_throughput_rps: NonNegFloat | None = Field(
+        default=None, description="Successful window requests / window_s"
+    )
     send_lag_p99_ms: float = Field(description="p99 of actual minus scheduled send time, ms")
+    send_lag_max_ms: NonNegFloat | None = Field(
+        default=None, description="Largest send lag of a window request, ms"
+    )
     slot_wait_s: NonNegFloat = Field(
         default=0.0, description="Total time window requests waited for a concurrency slot, s"
     )
@@ -142,6 +155,21 @@ class ProbeRecord(StrictModel):
     )
     usage_mismatches: Annotated[int, Field(ge=0)] = Field(
         default=0, description="Requests whose usage count differs from their chunk count"
+    )
+    approximate_output_tokens: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Successful window requests whose output tokens were counted from chunks"
+        " (the server sent no usage)",
+    )
+    max_in_flight: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Most requests in flight at once (sum over workers)"
+    )
+    client_cpu_s: NonNegFloat | None = Field(
+        default=None, description="CPU time the load generator used during the probe, s"
+    )
+    client_preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Times the load generator was preempted (involuntary context switches)",
     )
     requests: RequestTable | None = Field(default=None, description="The window requests")
 

@@ -1,0 +1,238 @@
+"""The response parser behind both transports, fed bytes as a network would deliver them."""
+
+import json
+
+import pytest
+
+from tokenwatt.client._stream import StreamState
+
+
+def run(chunks, *, status=200, ctype="text/event-stream", max_tokens=4, ignore_eos=True, end=True):
+    results = []
+    state = StreamState(
+        index=3,
+        t_send_ns=1_000,
+        max_tokens=max_tokens,
+        input_tokens_sent=10,
+        ignore_eos=ignore_eos,
+        on_done=results.append,
+        t_sched_ns=900,
+    )
+    state.on_head(status, "", {"content-type": ctype})
+    t = 1_000
+    for chunk in chunks:
+        t += 1_000_000
+        state.on_body(chunk, t)
+    if end:
+        state.on_end(t + 1)
+    assert len(results) == (1 if end or state.finished else 0)
+    return results[0] if results else None
+
+
+def ev(obj):
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def tok(text=" t", finish=None, **extra):
+    return ev({"choices": [{"index": 0, "text": text, "finish_reason": finish}], **extra})
+
+
+USAGE = ev({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 4}})
+DONE = b"data: [DONE]\n\n"
+
+
+def test_vllm_shape_one_event_per_read():
+    r = run([tok(), tok(), tok(), tok(finish="length"), USAGE, DONE])
+    assert r.status == "ok", r.error
+    assert r.output_tokens == 4
+    assert not r.output_tokens_approx
+    assert r.input_tokens == 10
+    assert list(r.chunk_ns) == [1_001_000, 2_001_000, 3_001_000, 4_001_000]
+    assert r.ttft_ms == pytest.approx(1.0)
+    assert r.tpot_ms == pytest.approx(1.0)  # 3 ms over 3 gaps
+    assert r.itl_ms == pytest.approx([1.0, 1.0, 1.0])
+    assert r.e2e_ms == pytest.approx(6.000001)
+    assert r.send_lag_ms == pytest.approx(0.0001)
+    assert r.finish_reason == "length"
+    assert not r.usage_mismatch
+    assert not r.output_length_violation
+
+
+def test_everything_in_one_read_takes_the_batch_path():
+    r = run([tok() + tok() + tok() + tok(finish="length") + USAGE + DONE])
+    assert r.status == "ok"
+    assert r.content_events == 4
+    assert r.itl_ms == [0.0, 0.0, 0.0]
+    assert r.tpot_ms == 0.0
+
+
+def test_done_in_the_middle_of_a_batch_is_seen():
+    r = run([tok() + tok() + tok() + tok(finish="length") + DONE + USAGE])
+    assert r.status == "ok"
+    assert r.output_tokens == 4
+
+
+def test_chat_deltas_role_chunk_is_not_content():
+    def chat(delta, finish=None):
+        return ev({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    r = run(
+        [
+            chat({"role": "assistant", "content": ""}),
+            chat({"reasoning_content": "hmm"}),
+            chat({"content": "a"}),
+            chat({"content": "b"}, "length"),
+            ev({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}),
+            DONE,
+        ],
+        max_tokens=3,
+    )
+    assert r.status == "ok"
+    assert r.ttft_ms == pytest.approx(2.0)  # the reasoning chunk, not the role chunk
+    assert r.content_events == 3
+    assert r.input_tokens == 7
+
+
+def test_no_usage_counts_chunks_and_marks_approximate():
+    r = run([tok(), tok(), tok(), tok(finish="length"), DONE])
+    assert r.status == "ok"
+    assert r.output_tokens == 4
+    assert r.output_tokens_approx
+    assert r.usage_output_tokens is None
+    assert r.input_tokens == 10  # what was sent
+
+
+def test_usage_and_chunks_disagree():
+    usage = ev({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 4}})
+    r = run([tok(" ab"), tok(" cd", finish="length"), usage, DONE])
+    assert r.status == "ok"
+    assert r.output_tokens == 4
+    assert r.usage_mismatch
+
+
+def test_short_output_with_ignore_eos_fails():
+    usage = ev({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    r = run([tok(), tok(finish="stop"), usage, DONE])
+    assert r.status == "short_output"
+    assert "2 output tokens of the 4" in r.error
+    assert r.output_length_violation
+
+
+def test_short_output_without_ignore_eos_is_fine():
+    r = run([tok(), tok(finish="stop"), DONE], ignore_eos=False)
+    assert r.status == "ok"
+    assert not r.output_length_violation
+
+
+def test_longer_output_is_a_violation_not_a_failure():
+    usage = ev({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+    r = run([tok()] * 4 + [tok(finish="length"), usage, DONE])
+    assert r.status == "ok"
+    assert r.output_length_violation
+
+
+def test_no_done_but_finish_reason_is_complete():
+    r = run([tok(), tok(), tok(), tok(finish="length")])
+    assert r.status == "ok"
+
+
+def test_no_done_no_finish_is_malformed():
+    r = run([tok(), tok()])
+    assert r.status == "malformed_stream"
+    assert "without [DONE]" in r.error
+
+
+def test_last_event_without_blank_line_is_used():
+    r = run([tok(), tok(), tok(), b'data: {"choices":[{"text":" x","finish_reason":"length"}]}'])
+    assert r.status == "ok"
+    assert r.content_events == 4
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"error": {"message": "engine dead", "code": 500}},
+        {"object": "error", "message": "engine dead"},
+    ],
+)
+def test_error_objects(payload):
+    r = run([tok(), ev(payload), DONE])
+    assert r.status == "server_error"
+    assert "engine dead" in r.error
+
+
+def test_error_event_type():
+    r = run([tok(), b'event: error\ndata: {"message": "overloaded"}\n\n'])
+    assert r.status == "server_error"
+    assert "overloaded" in r.error
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_non_json_event_is_malformed(batch):
+    chunks = [tok(), b"data: {nope\n\n", DONE]
+    r = run([b"".join(chunks)] if batch else chunks)
+    assert r.status == "malformed_stream"
+    assert "{nope" in r.error
+
+
+def test_json_that_is_not_an_object():
+    r = run([b"data: [1, 2]\n\n"])
+    assert r.status == "malformed_stream"
+    r = run([b"data: 1,2\n\ndata: 3\n\n"])  # would fool a naive join into a 3-element array
+    assert r.status == "malformed_stream"
+
+
+def test_http_error_body_is_summarised():
+    body = json.dumps({"object": "error", "message": "max_tokens too large"}).encode()
+    r = run([body], status=400, ctype="application/json")
+    assert r.status == "http_error"
+    assert r.http_status == 400
+    assert r.error == "HTTP 400: max_tokens too large"
+
+
+def test_http_error_plain_text():
+    r = run([b"Bad Gateway"], status=502, ctype="text/plain")
+    assert r.error == "HTTP 502: Bad Gateway"
+
+
+def test_json_instead_of_stream():
+    r = run([b'{"choices": [{"text": "x"}]}'], ctype="application/json")
+    assert r.status == "malformed_stream"
+    assert "not an event stream" in r.error
+
+
+def test_transport_failure_after_tokens_mentions_them():
+    results = []
+    state = StreamState(
+        index=0,
+        t_send_ns=0,
+        max_tokens=4,
+        input_tokens_sent=1,
+        ignore_eos=True,
+        on_done=results.append,
+    )
+    state.on_head(200, "OK", {"content-type": "text/event-stream"})
+    state.on_body(tok(), 5)
+    state.on_fail("connection_error", "connection closed mid-response", 9)
+    state.on_end(10)  # ignored: already delivered
+    assert len(results) == 1
+    assert results[0].status == "connection_error"
+    assert results[0].error.endswith("after 1 content chunks")
+    assert results[0].ttft_ms == pytest.approx(5e-6)
+
+
+def test_only_one_result_ever():
+    results = []
+    state = StreamState(
+        index=0,
+        t_send_ns=0,
+        max_tokens=1,
+        input_tokens_sent=1,
+        ignore_eos=False,
+        on_done=results.append,
+    )
+    state.fail("timeout", "slow", 1)
+    state.fail("cancelled", "stop", 2)
+    state.on_body(tok(), 3)
+    state.on_end(4)
+    assert [r.status for r in results] == ["timeout"]

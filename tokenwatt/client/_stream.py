@@ -1,0 +1,551 @@
+"""One streamed OpenAI-compatible response turned into a per-request record (pure, no I/O).
+
+:class:`StreamState` is fed the response head and body bytes as they arrive (with their arrival
+time on the monotonic clock) by either transport, and produces one :class:`RequestResult`. It
+copes with what real servers do differently: ``usage`` in a separate last chunk (vLLM, nginx-sse)
+or on the chunk with ``finish_reason`` (llama-server, transformers serve), no ``[DONE]`` at all
+(transformers serve), several tokens in one event (event count != token count), error events
+(``event: error``, ``{"error": ...}`` or ``{"object": "error"}``), and streams cut short.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tokenwatt.client.sse import SSEDecoder, SSEError, simple_payloads
+
+__all__ = ["FAILURE_CAUSES", "FailureCause", "RequestResult", "StreamState"]
+
+FailureCause = Literal[
+    "http_error",
+    "connection_error",
+    "malformed_stream",
+    "server_error",
+    "short_output",
+    "timeout",
+    "client_error",
+    "cancelled",
+]
+"""Why a request failed (DESIGN.md "Failed request"):
+
+- ``http_error``: the server answered with a status other than 200.
+- ``connection_error``: refused, reset, or closed before the response was complete.
+- ``malformed_stream``: not HTTP, not an event stream, an event that is not JSON, or a stream
+  that ended without ``[DONE]`` or a ``finish_reason``.
+- ``server_error``: an error event inside a 200 stream.
+- ``short_output``: fewer output tokens than ``max_tokens`` although ``ignore_eos`` was asked.
+- ``timeout``: not complete within ``request_timeout_s``.
+- ``client_error``: the client ran out of a local resource (file descriptors, ports); such a
+  failure makes the probe client-bound.
+- ``cancelled``: stopped by the harness (Ctrl-C, or the end of a probe's drain).
+"""
+
+FAILURE_CAUSES: tuple[str, ...] = (
+    "http_error",
+    "connection_error",
+    "malformed_stream",
+    "server_error",
+    "short_output",
+    "timeout",
+    "client_error",
+    "cancelled",
+)
+
+_ERROR_BODY_BYTES = 16 * 1024
+_ERROR_TEXT_CHARS = 500
+_NS_PER_MS = 1_000_000.0
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """Everything measured about one streamed request. Times are monotonic-clock ns.
+
+    Timing properties follow DESIGN.md "Request timings" and return the raw measurement even for
+    a failed request (useful for diagnosis); statistics must treat failed requests as +inf, which
+    :mod:`tokenwatt.metrics` does from ``status``.
+    """
+
+    index: int
+    """Position of the request in its workload stream (-1 for an ad-hoc request)."""
+    t_send_ns: int
+    """Just before the request entered the HTTP client (after any wait for a concurrency slot)."""
+    t_end_ns: int
+    """Last byte received, or the moment the failure was detected."""
+    status: str
+    """``"ok"`` or a :data:`FailureCause`."""
+    error: str | None = None
+    """What went wrong, for a failed request."""
+    http_status: int | None = None
+    t_first_ns: int | None = None
+    """Arrival of the first chunk that carried output text."""
+    t_last_ns: int | None = None
+    """Arrival of the last chunk that carried output text."""
+    chunk_ns: array[int] = field(default_factory=lambda: array("q"))
+    """Arrival time of every content chunk (an event with output text); 8 bytes each, as a
+    long window at a high token rate holds millions of them."""
+    output_tokens: int = 0
+    """Output tokens: the server's usage when given, else the count of content chunks."""
+    output_tokens_approx: bool = False
+    """True when ``output_tokens`` was counted from chunks (no usage from the server)."""
+    usage_output_tokens: int | None = None
+    """``usage.completion_tokens`` as the server sent it."""
+    input_tokens: int = 0
+    """Prompt tokens: the server's usage when given, else what the client sent."""
+    input_tokens_sent: int = 0
+    max_tokens: int = 0
+    ignore_eos: bool = False
+    finish_reason: str | None = None
+    t_sched_ns: int | None = None
+    """Scheduled send time, when the request was part of a probe."""
+    slot_wait_ns: int = 0
+    """Time the request waited for a concurrency slot before being sent."""
+
+    @property
+    def ok(self) -> bool:
+        """The request succeeded."""
+        return self.status == "ok"
+
+    @property
+    def content_events(self) -> int:
+        """Number of chunks that carried output text."""
+        return len(self.chunk_ns)
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """First content chunk minus t_send, ms (None without output text)."""
+        if self.t_first_ns is None:
+            return None
+        return (self.t_first_ns - self.t_send_ns) / _NS_PER_MS
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """(t_last_token - t_first_token) / (output_tokens - 1), ms; None below 2 tokens."""
+        if self.t_first_ns is None or self.t_last_ns is None or self.output_tokens < 2:
+            return None
+        return (self.t_last_ns - self.t_first_ns) / (self.output_tokens - 1) / _NS_PER_MS
+
+    @property
+    def e2e_ms(self) -> float:
+        """Last byte minus t_send, ms."""
+        return (self.t_end_ns - self.t_send_ns) / _NS_PER_MS
+
+    @property
+    def itl_ms(self) -> list[float]:
+        """Gaps between successive content chunks, ms."""
+        c = self.chunk_ns
+        return [(c[i] - c[i - 1]) / _NS_PER_MS for i in range(1, len(c))]
+
+    @property
+    def send_lag_ms(self) -> float | None:
+        """Actual minus scheduled send time, ms (None outside a probe)."""
+        if self.t_sched_ns is None:
+            return None
+        return (self.t_send_ns - self.t_sched_ns) / _NS_PER_MS
+
+    @property
+    def output_length_violation(self) -> bool:
+        """``ignore_eos`` was asked but the output length differs from ``max_tokens``."""
+        return (
+            self.ignore_eos
+            and self.status in ("ok", "short_output")
+            and self.output_tokens != self.max_tokens
+        )
+
+    @property
+    def usage_mismatch(self) -> bool:
+        """The server's usage count differs from the number of content chunks."""
+        return (
+            self.usage_output_tokens is not None and self.usage_output_tokens != self.content_events
+        )
+
+
+def _error_text(obj: Any) -> str:
+    """A short message out of an OpenAI-style error object (or anything else)."""
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("msg") or err.get("detail")
+            if message:
+                return str(message)[:_ERROR_TEXT_CHARS]
+        elif isinstance(err, str):
+            return err[:_ERROR_TEXT_CHARS]
+        if obj.get("message"):
+            return str(obj["message"])[:_ERROR_TEXT_CHARS]
+    return json.dumps(obj)[:_ERROR_TEXT_CHARS]
+
+
+_MODE_SSE, _MODE_ERROR, _MODE_JSON = 0, 1, 2
+# The C scanner behind json.loads, called directly: this runs for every streamed token and the
+# json.loads wrapper (encoding sniffing of bytes, two extra calls) doubles its cost.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_WS = " \t\n\r"
+
+
+def _parse_json(data: bytes) -> Any:
+    """Decode one event's JSON payload (as ``json.loads`` would).
+
+    Raises:
+        ValueError: invalid UTF-8 or JSON, or trailing data.
+    """
+    text = data.decode("utf-8")
+    start = 0
+    while start < len(text) and text[start] in _WS:
+        start += 1
+    try:
+        obj, end = _SCAN(text, start)
+    except StopIteration as exc:
+        raise ValueError(f"invalid JSON at {exc.value}") from None
+    if text[end:].strip(_WS):
+        raise ValueError("extra data after the JSON value")
+    return obj
+
+
+_DONE = object()
+
+
+def _parse_many(events: Sequence[tuple[str, bytes]]) -> list[Any] | None:
+    """Parse the JSON of several plain events in one call (one read often brings dozens).
+
+    Returns None when any event is not a plain message (an ``event:`` type): then each is
+    parsed alone, which also pinpoints a bad one.
+    """
+    payloads: list[bytes] = []
+    for kind, payload in events:
+        if kind != "message":
+            return None
+        payloads.append(payload)
+    return _parse_payloads(payloads)
+
+
+def _parse_payloads(payloads: list[bytes]) -> list[Any] | None:
+    """Parse event payloads as one JSON array; ``[DONE]`` becomes :data:`_DONE`.
+
+    None when that fails or when the array does not have exactly one element per payload (a
+    payload such as ``1,2`` would otherwise pass as two): the caller then parses one by one.
+    """
+    done_at = [i for i, p in enumerate(payloads) if p == b"[DONE]"]
+    if done_at:
+        payloads = [p for p in payloads if p != b"[DONE]"]
+    try:
+        parsed = _parse_json(b"[" + b",".join(payloads) + b"]")
+    except ValueError:
+        return None
+    if type(parsed) is not list or len(parsed) != len(payloads):
+        return None
+    for position in done_at:
+        parsed.insert(position, _DONE)
+    return parsed
+
+
+def _delta_text(choice: dict[str, Any]) -> Any:
+    """Text of a chat delta; reasoning tokens are output tokens too (usage counts them)."""
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return None
+    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+
+
+class StreamState:
+    """Accumulates one streamed response; calls ``on_done`` once with the result.
+
+    Implements the transport's response-sink interface (``on_head``, ``on_body``, ``on_end``,
+    ``on_fail``) and :meth:`fail` for the caller's own verdicts (timeout, cancellation).
+
+    Args:
+        index: request index in its workload stream.
+        t_send_ns: send time (monotonic ns).
+        max_tokens: output tokens asked for.
+        input_tokens_sent: prompt tokens sent.
+        ignore_eos: whether the request asked to ignore end-of-sequence.
+        on_done: receives the finished :class:`RequestResult` exactly once.
+    """
+
+    __slots__ = (
+        "_body",
+        "_chunks",
+        "_decoder",
+        "_done",
+        "_finish_reason",
+        "_got_done",
+        "_mode",
+        "_status",
+        "_t_first",
+        "_usage",
+        "ignore_eos",
+        "index",
+        "input_tokens_sent",
+        "max_tokens",
+        "on_done",
+        "slot_wait_ns",
+        "t_sched_ns",
+        "t_send_ns",
+    )
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        t_send_ns: int,
+        max_tokens: int,
+        input_tokens_sent: int,
+        ignore_eos: bool,
+        on_done: Callable[[RequestResult], None],
+        t_sched_ns: int | None = None,
+        slot_wait_ns: int = 0,
+    ) -> None:
+        self.index = index
+        self.t_send_ns = t_send_ns
+        self.t_sched_ns = t_sched_ns
+        self.slot_wait_ns = slot_wait_ns
+        self.max_tokens = max_tokens
+        self.input_tokens_sent = input_tokens_sent
+        self.ignore_eos = ignore_eos
+        self.on_done = on_done
+        self._decoder = SSEDecoder()
+        self._mode = _MODE_SSE
+        self._status: int | None = None
+        self._body = bytearray()
+        self._chunks: array[int] = array("q")
+        self._t_first: int | None = None
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._got_done = False
+        self._done = False
+
+    @property
+    def finished(self) -> bool:
+        """The result has been delivered."""
+        return self._done
+
+    # -- transport sink ---------------------------------------------------------------------
+
+    def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        """Record the status; pick how to read the body."""
+        self._status = status
+        if status != 200:
+            self._mode = _MODE_ERROR
+        elif headers.get("content-type", "").startswith("application/json"):
+            self._mode = _MODE_JSON
+
+    def on_body(self, data: bytes, t_ns: int) -> None:
+        """Body bytes that arrived at ``t_ns``."""
+        if self._done:
+            return
+        if self._mode != _MODE_SSE:
+            if len(self._body) < _ERROR_BODY_BYTES:
+                self._body += data[: _ERROR_BODY_BYTES - len(self._body)]
+            return
+        if self._decoder.idle:
+            payloads = simple_payloads(data)
+            if payloads is not None:
+                parsed = _parse_payloads(payloads)
+                if parsed is not None:
+                    self._objects(parsed, t_ns)
+                    return
+        try:
+            events = self._decoder.feed(data)
+        except SSEError as exc:
+            self.fail("malformed_stream", str(exc), t_ns)
+            return
+        if not events:
+            return
+        if len(events) > 1:
+            parsed = _parse_many(events)
+            if parsed is not None:
+                self._objects(parsed, t_ns)
+                return
+        for kind, payload in events:
+            self._event(kind, payload, t_ns)
+            if self._done:
+                return
+
+    def on_end(self, t_ns: int) -> None:
+        """The body is complete: decide the request's fate."""
+        if self._done:
+            return
+        if self._mode == _MODE_ERROR:
+            text = bytes(self._body).decode("utf-8", "replace").strip()
+            try:
+                text = _error_text(json.loads(text))
+            except ValueError:
+                text = text[:_ERROR_TEXT_CHARS]
+            self.fail("http_error", f"HTTP {self._status}: {text}", t_ns)
+            return
+        if self._mode == _MODE_JSON:
+            self._json_body(t_ns)
+            return
+        leftover = self._decoder.close()
+        if leftover is not None:
+            self._event(leftover.event, leftover.data, t_ns)
+            if self._done:
+                return
+        if not self._got_done and self._finish_reason is None:
+            self.fail(
+                "malformed_stream",
+                f"the stream ended without [DONE] or a finish_reason"
+                f" after {len(self._chunks)} content chunks",
+                t_ns,
+            )
+            return
+        self._complete(t_ns)
+
+    def on_fail(self, cause: str, message: str, t_ns: int) -> None:
+        """The transport failed."""
+        if cause == "connection_error" and self._chunks:
+            message = f"{message}, after {len(self._chunks)} content chunks"
+        self.fail(cause, message, t_ns)
+
+    # -- verdicts ---------------------------------------------------------------------------
+
+    def fail(self, cause: str, message: str, t_ns: int) -> None:
+        """Deliver a failed result (no-op if one was already delivered)."""
+        if self._done:
+            return
+        self._done = True
+        self.on_done(self._result(t_ns, cause, message))
+
+    def _complete(self, t_ns: int) -> None:
+        result = self._result(t_ns, "ok", None)
+        if result.ignore_eos and result.output_tokens < result.max_tokens:
+            result.status = "short_output"
+            result.error = (
+                f"{result.output_tokens} output tokens of the {result.max_tokens} asked with"
+                f" ignore_eos (finish_reason {self._finish_reason!r})"
+            )
+        self._done = True
+        self.on_done(result)
+
+    def _result(self, t_ns: int, status: str, error: str | None) -> RequestResult:
+        usage = self._usage or {}
+        completion = usage.get("completion_tokens")
+        prompt = usage.get("prompt_tokens")
+        usage_out = completion if isinstance(completion, int) and completion >= 0 else None
+        chunks = self._chunks
+        return RequestResult(
+            index=self.index,
+            t_send_ns=self.t_send_ns,
+            t_end_ns=t_ns,
+            status=status,
+            error=error,
+            http_status=self._status,
+            t_first_ns=self._t_first,
+            t_last_ns=chunks[-1] if chunks else None,
+            chunk_ns=chunks,
+            output_tokens=usage_out if usage_out is not None else len(chunks),
+            output_tokens_approx=usage_out is None,
+            usage_output_tokens=usage_out,
+            input_tokens=prompt
+            if isinstance(prompt, int) and prompt >= 0
+            else self.input_tokens_sent,
+            input_tokens_sent=self.input_tokens_sent,
+            max_tokens=self.max_tokens,
+            ignore_eos=self.ignore_eos,
+            finish_reason=self._finish_reason,
+            t_sched_ns=self.t_sched_ns,
+            slot_wait_ns=self.slot_wait_ns,
+        )
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _event(self, kind: str, data: bytes, t_ns: int) -> None:
+        if data == b"[DONE]":
+            self._got_done = True
+            return
+        try:
+            obj = _parse_json(data)
+        except ValueError:
+            self.fail(
+                "malformed_stream",
+                f"an event is not JSON: {data[:120].decode('utf-8', 'replace')!r}",
+                t_ns,
+            )
+            return
+        self._object(obj, kind, data, t_ns)
+
+    def _objects(self, parsed: list[Any], t_ns: int) -> None:
+        """Several events that arrived together: :meth:`_object`'s work, inlined (hot path)."""
+        texts = 0
+        for obj in parsed:
+            if obj is _DONE:
+                self._got_done = True
+                continue
+            if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
+                if texts:
+                    self._add_chunks(texts, t_ns)
+                    texts = 0
+                self._object(obj, "message", b"", t_ns)
+                if self._done:
+                    return
+                continue
+            choices = obj.get("choices")
+            if choices:
+                has_text = False
+                for choice in choices:
+                    if type(choice) is not dict:
+                        continue
+                    if choice.get("text") or _delta_text(choice):
+                        has_text = True
+                    reason = choice.get("finish_reason")
+                    if reason:
+                        self._finish_reason = str(reason)
+                if has_text:
+                    texts += 1
+            usage = obj.get("usage")
+            if type(usage) is dict:
+                self._usage = usage
+        if texts:
+            self._add_chunks(texts, t_ns)
+
+    def _add_chunks(self, count: int, t_ns: int) -> None:
+        if self._t_first is None:
+            self._t_first = t_ns
+        if count == 1:
+            self._chunks.append(t_ns)
+        else:
+            self._chunks.extend([t_ns] * count)
+
+    def _object(self, obj: Any, kind: str, data: bytes, t_ns: int) -> None:
+        if type(obj) is not dict:
+            shown = data[:120] or json.dumps(obj)[:120]
+            self.fail("malformed_stream", f"an event is not a JSON object: {shown!r}", t_ns)
+            return
+        if kind == "error" or "error" in obj or obj.get("object") == "error":
+            self.fail("server_error", f"error event: {_error_text(obj)}", t_ns)
+            return
+        choices = obj.get("choices")
+        if choices:
+            has_text = False
+            for choice in choices:
+                if type(choice) is not dict:
+                    continue
+                if choice.get("text") or _delta_text(choice):
+                    has_text = True
+                reason = choice.get("finish_reason")
+                if reason:
+                    self._finish_reason = str(reason)
+            if has_text:
+                self._add_chunks(1, t_ns)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+
+    def _json_body(self, t_ns: int) -> None:
+        """A 200 answer in plain JSON where a stream was asked for."""
+        text = bytes(self._body).decode("utf-8", "replace")
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            self.fail("malformed_stream", f"expected an event stream, got {text[:120]!r}", t_ns)
+            return
+        if isinstance(obj, dict) and ("error" in obj or obj.get("object") == "error"):
+            self.fail("server_error", _error_text(obj), t_ns)
+            return
+        self.fail(
+            "malformed_stream",
+            "the server answered with one JSON body, not an event stream (stream ignored?)",
+            t_ns,
+        )

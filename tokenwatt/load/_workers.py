@@ -1,0 +1,226 @@
+"""Worker processes: each runs one :class:`~tokenwatt.load._shard.Shard` on its own event loop.
+
+The parent talks to them over pipes: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``
+in; ``("ready", pid)``, ``("window_done",)``, ``("result", ShardResult)``, ``("error", text)``
+out. Workers ignore SIGINT (Ctrl-C reaches the whole process group; the parent decides how
+they stop) and exit when the parent's end of the pipe closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from tokenwatt.client.openai import OpenAIClient, TransportName
+from tokenwatt.errors import TokenwattError
+from tokenwatt.load._shard import (
+    ProbePlan,
+    Shard,
+    ShardResult,
+    precise_event_loop,
+    reduce_timer_slack,
+)
+from tokenwatt.load.workload import Workload
+from tokenwatt.schema.spec import EngineSpec
+
+__all__ = ["WorkerInit", "WorkerPool", "worker_main"]
+
+logger = logging.getLogger(__name__)
+
+_WORKER_START_TIMEOUT_S = 120.0
+_WORKER_EXIT_TIMEOUT_S = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInit:
+    """Everything a worker process needs to build its client (sent once, over a pipe)."""
+
+    engine: EngineSpec
+    workload: Workload
+    base_url: str | None
+    env: dict[str, str]
+    """Only the API key variable, if the engine names one."""
+    headers: dict[str, str]
+    request_timeout_s: float
+    transport: TransportName
+    spin_s: float
+    log_level: int
+
+
+def worker_main(conn: Connection, init: WorkerInit) -> None:
+    """Entry point of a worker process: serve probe commands until told to exit.
+
+    Messages in: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``.
+    Messages out: ``("ready", pid)``, ``("window_done",)``, ``("result", ShardResult)``,
+    ``("error", text)``.
+    """
+    # Ctrl-C reaches the whole process group; the parent decides how workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=init.log_level)
+    if not reduce_timer_slack():
+        logger.debug("could not reduce the timer slack: pacing is coarser")
+    try:
+        with asyncio.Runner(loop_factory=precise_event_loop) as runner:
+            runner.run(_serve(conn, init))
+    finally:
+        conn.close()
+
+
+async def _serve(conn: Connection, init: WorkerInit) -> None:
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            inbox.put_nowait(conn.recv())
+        except (EOFError, OSError):  # the parent is gone
+            loop.remove_reader(conn.fileno())
+            inbox.put_nowait(("exit",))
+
+    loop.add_reader(conn.fileno(), readable)
+    task: asyncio.Task[None] | None = None
+    async with OpenAIClient(
+        init.engine,
+        base_url=init.base_url,
+        env=init.env,
+        headers=init.headers,
+        request_timeout_s=init.request_timeout_s,
+        transport=init.transport,
+    ) as client:
+        shard = Shard(client, init.workload, spin_s=init.spin_s)
+
+        async def run(plan: ProbePlan) -> None:
+            try:
+                result = await shard.run(plan, on_window_done=lambda: conn.send(("window_done",)))
+            except (OSError, ValueError, RuntimeError) as exc:
+                conn.send(("error", f"worker {plan.shard}: {type(exc).__name__}: {exc}"))
+                return
+            conn.send(("result", result))
+
+        conn.send(("ready", os.getpid()))
+        while True:
+            message = await inbox.get()
+            if message[0] == "probe":
+                task = loop.create_task(run(message[1]))
+            elif message[0] == "stop":
+                shard.stop()
+            else:  # exit
+                shard.stop()
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                break
+    loop.remove_reader(conn.fileno())
+
+
+class WorkerPool:
+    """W worker processes, each with its own event loop and client."""
+
+    def __init__(self, inits: Sequence[WorkerInit]) -> None:
+        self._inits = list(inits)
+        self._procs: list[BaseProcess] = []
+        self._conns: list[Connection] = []
+        self._inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
+
+    def __len__(self) -> int:
+        return len(self._inits)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")
+        for init in self._inits:
+            parent, child = context.Pipe()
+            proc = context.Process(target=worker_main, args=(child, init), daemon=True)
+            proc.start()
+            child.close()
+            inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+            loop.add_reader(parent.fileno(), self._reader(parent, inbox))
+            self._procs.append(proc)
+            self._conns.append(parent)
+            self._inboxes.append(inbox)
+        for w in range(len(self._inits)):
+            message = await self._receive(w, timeout_s=_WORKER_START_TIMEOUT_S)
+            if message[0] != "ready":
+                raise TokenwattError(f"load worker {w} did not start: {message}")
+        logger.info("started %d load worker processes", len(self._inits))
+
+    @staticmethod
+    def _reader(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]]) -> Any:
+        def readable() -> None:
+            try:
+                inbox.put_nowait(conn.recv())
+            except (EOFError, OSError):
+                asyncio.get_running_loop().remove_reader(conn.fileno())
+                inbox.put_nowait(("dead",))
+
+        return readable
+
+    async def _receive(self, w: int, *, timeout_s: float | None = None) -> tuple[Any, ...]:
+        async with asyncio.timeout(timeout_s):
+            message = await self._inboxes[w].get()
+        if message[0] == "dead":
+            self._procs[w].join(0.5)  # reap it, for its exit code
+            raise TokenwattError(
+                f"load worker {w} (pid {self._procs[w].pid}) died"
+                f" (exit code {self._procs[w].exitcode})"
+            )
+        if message[0] == "error":
+            raise TokenwattError(f"load worker failed: {message[1]}")
+        return message
+
+    def _send_all(self, message: tuple[Any, ...]) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(message)
+
+    async def run(self, plans: Sequence[ProbePlan]) -> list[ShardResult]:
+        for conn, plan in zip(self._conns, plans, strict=True):
+            conn.send(("probe", plan))
+        try:
+            for w in range(len(plans)):
+                message = await self._receive(w)
+                if message[0] != "window_done":
+                    raise TokenwattError(f"load worker {w}: unexpected message {message[0]}")
+            self._send_all(("stop",))
+            results: list[ShardResult] = []
+            for w in range(len(plans)):
+                message = await self._receive(w)
+                results.append(message[1])
+            return results
+        except BaseException:
+            self._send_all(("stop",))
+            raise
+
+    async def close(self) -> None:
+        """Stop every worker: ask first, then terminate what is left (bounded, under a second)."""
+        loop = asyncio.get_running_loop()
+        self._send_all(("exit",))
+        deadline = time.monotonic() + _WORKER_EXIT_TIMEOUT_S
+        # Polling: a process exit has no awaitable here, and this runs once per pool.
+        while any(p.is_alive() for p in self._procs) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self._procs:
+            proc.join(0.2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(0.2)
+        for conn in self._conns:
+            with contextlib.suppress(OSError, ValueError):
+                loop.remove_reader(conn.fileno())
+            conn.close()
+        self._procs.clear()
+        self._conns.clear()
+        self._inboxes.clear()

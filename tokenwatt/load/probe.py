@@ -1,0 +1,537 @@
+"""Run one probe (DESIGN.md "Probe") and turn what it measured into a :class:`ProbeRecord`.
+
+Timeline, on the monotonic clock (``time.monotonic_ns()``, the power sampler's clock too): the
+probe starts at ``t0``; ``[0, warmup_s)`` is warm-up and ``[warmup_s, warmup_s + window_s)`` the
+measurement window. Arrivals are open loop (a request is sent at its scheduled time whatever
+happened to earlier ones) and continue until every window request has finished, so the load
+stays steady while the window drains. Requests outside the window are then cancelled; they are
+never measured.
+
+Window requests are those *scheduled* inside the window. Every one of them is kept, failed or
+not, and a failed one counts as +inf latency (:mod:`tokenwatt.metrics`). The probe is
+client-bound (the harness, not the server, was the limit; such a probe never passes) when its
+achieved arrival rate is under 97 % of the offered rate, its p99 send lag exceeds 10 ms, a
+window request waited for a concurrency slot, or a request failed for a client-side reason.
+
+Rates: ``offered_rate_rps`` is what the schedule put inside the window (window requests /
+window_s); it differs from the target ``rate_rps`` only by the arrival process's randomness.
+``achieved_rate_rps`` is the same requests divided by the time taken to send them: from the
+window start to the last window request's actual send, never less than ``window_s``. The 97 %
+rule compares achieved with *offered*: compared with the target, a Poisson window of 60 expected
+arrivals would fall under 97 % by chance about one time in three.
+
+Running batch: sampled from the engine's Prometheus ``vllm:num_requests_running`` during the
+window when a ``/metrics`` URL is given, else by Little's law: the time-average number of
+requests in their decode phase (first to last content chunk) inside the window, counting every
+request, not only window requests.
+
+Sharding: with several workers, request ``i`` goes to worker process ``i mod W``. ``workers=None``
+picks W from the expected request and token rates (one event loop sustains about
+:data:`REQUESTS_PER_WORKER` req/s or :data:`EVENTS_PER_WORKER` streamed events/s on one core, see
+``benchmarks/README.md``), and doubles it (up to the CPUs available) to re-run a probe that came
+out client-bound on pacing with too few workers. The record says how many were used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Mapping
+from types import TracebackType
+
+import httpx
+
+from tokenwatt.client.openai import OpenAIClient, TransportName
+from tokenwatt.errors import EndpointError
+from tokenwatt.load._shard import DEFAULT_SPIN_S, ProbePlan, Shard
+from tokenwatt.load._workers import WorkerInit, WorkerPool
+from tokenwatt.load.record import build_probe_record
+from tokenwatt.load.workload import Workload
+from tokenwatt.schema.run import ProbePhase, ProbeRecord
+from tokenwatt.schema.spec import EngineSpec, SloSpec, Spec
+
+__all__ = [
+    "EVENTS_PER_WORKER",
+    "REQUESTS_PER_WORKER",
+    "LoadGenerator",
+    "build_probe_record",
+    "plan_workers",
+    "run_probe",
+    "scrape_gauge",
+]
+
+logger = logging.getLogger(__name__)
+
+REQUESTS_PER_WORKER = 1000.0
+"""Requests per second one worker is planned for (measured ceiling: benchmarks/README.md)."""
+
+EVENTS_PER_WORKER = 30_000.0
+"""Streamed events per second one worker is planned for."""
+
+_START_LEAD_S = 0.2
+_METRICS_PERIOD_S = 0.25
+_RUNNING_GAUGE = "vllm:num_requests_running"
+_NS = 1e9
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def plan_workers(
+    *, rate_rps: float, mean_output_tokens: float, max_workers: int | None = None
+) -> int:
+    """Worker processes needed for a rate, from the per-worker capacities above."""
+    limit = max_workers if max_workers is not None else available_cpus()
+    by_requests = rate_rps / REQUESTS_PER_WORKER
+    by_events = rate_rps * (mean_output_tokens + 2) / EVENTS_PER_WORKER
+    return max(1, min(limit, math.ceil(max(by_requests, by_events))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine metrics
+
+
+def scrape_gauge(text: str, name: str) -> float | None:
+    """Sum of a Prometheus gauge over its label sets in an exposition text (None if absent)."""
+    pattern = re.compile(
+        rf"^{re.escape(name)}(?:\{{[^}}]*\}})?[ \t]+([-+0-9.eE]+|NaN|[+-]Inf)", re.MULTILINE
+    )
+    values = [float(v) for v in pattern.findall(text)]
+    values = [v for v in values if math.isfinite(v)]
+    return sum(values) if values else None
+
+
+async def _sample_running(
+    url: str, start_ns: int, end_ns: int, samples: list[float], errors: list[str]
+) -> None:
+    """Sample the engine's running-request gauge inside [start_ns, end_ns)."""
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as http:
+        delay = (start_ns - time.monotonic_ns()) / _NS
+        if delay > 0:
+            await asyncio.sleep(delay)
+        while time.monotonic_ns() < end_ns:
+            t_ns = time.monotonic_ns()
+            try:
+                response = await http.get(url)
+                response.raise_for_status()
+            except httpx.HTTPError as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            else:
+                value = scrape_gauge(response.text, _RUNNING_GAUGE)
+                if value is None:
+                    errors.append(f"{_RUNNING_GAUGE} not found in {url}")
+                elif time.monotonic_ns() < end_ns:
+                    samples.append(value)
+            next_ns = t_ns + int(_METRICS_PERIOD_S * _NS)
+            await asyncio.sleep(max(0.0, (min(next_ns, end_ns) - time.monotonic_ns()) / _NS))
+
+
+# ---------------------------------------------------------------------------------------------
+# The load generator
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+class LoadGenerator:
+    """Runs probes against one server with one workload; keeps clients and workers between them.
+
+    Use as an async context manager, then call :meth:`probe` for each probe of a sweep::
+
+        async with LoadGenerator(spec.engine, workload, request_timeout_s=300) as gen:
+            record = await gen.probe(index=0, phase="search", rate_rps=8.0,
+                                     warmup_s=45, window_s=60, slo=spec.slo)
+
+    Args:
+        engine: the spec's engine section.
+        workload: the request stream (:func:`tokenwatt.load.workload.build_workload`).
+        base_url: replaces ``engine.endpoint`` (the simulator's URL when the endpoint is 'sim').
+        env: where the API key variable is read (default ``os.environ``).
+        request_timeout_s: a request not complete after this long has failed.
+        max_concurrency: most requests in flight over all workers; a window request that waits
+            for a slot makes the probe client-bound.
+        workers: worker processes; None = choose per probe (see the module docstring).
+        max_workers: upper bound for the automatic choice (default: CPUs available).
+        metrics_url: the engine's Prometheus ``/metrics`` URL, to sample the running batch.
+        transport: ``fast`` or ``httpx`` (see :mod:`tokenwatt.client.openai`).
+        headers: extra HTTP headers for every request.
+        spin_s: pacing precision window (see :mod:`tokenwatt.load._shard`).
+        in_process: run the (single) shard on the caller's event loop instead of a worker
+            process: no process start-up, but the caller's loop sets the timer precision
+            (asyncio's default is 1 ms) and anything else it runs delays the sends.
+    """
+
+    def __init__(
+        self,
+        engine: EngineSpec,
+        workload: Workload,
+        *,
+        base_url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        request_timeout_s: float = 300.0,
+        max_concurrency: int = 8192,
+        workers: int | None = None,
+        max_workers: int | None = None,
+        metrics_url: str | None = None,
+        transport: TransportName = "fast",
+        headers: Mapping[str, str] | None = None,
+        spin_s: float = DEFAULT_SPIN_S,
+        in_process: bool = False,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if workers is not None and workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.engine = engine
+        self.workload = workload
+        self.base_url = base_url
+        environ = os.environ if env is None else env
+        key_name = engine.api_key_env
+        self._env = {key_name: environ.get(key_name, "")} if key_name else {}
+        self.request_timeout_s = request_timeout_s
+        self.max_concurrency = max_concurrency
+        self.fixed_workers = workers
+        self.max_workers = max(1, max_workers if max_workers is not None else available_cpus())
+        self.metrics_url = metrics_url
+        self.transport: TransportName = transport
+        self.headers = dict(headers or {})
+        self.spin_s = spin_s
+        self.in_process = in_process
+        if in_process:
+            self.fixed_workers = 1
+            self.max_workers = 1
+        self._client: OpenAIClient | None = None
+        self._pool: WorkerPool | None = None
+        self._mean_output: float | None = None
+
+    async def __aenter__(self) -> LoadGenerator:
+        # Build one client now so a missing API key or bad URL fails before any probe.
+        self._client = self._make_client()
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop workers and close connections."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def _make_client(self) -> OpenAIClient:
+        return OpenAIClient(
+            self.engine,
+            base_url=self.base_url,
+            env=self._env,
+            request_timeout_s=self.request_timeout_s,
+            transport=self.transport,
+            max_connections=self.max_concurrency,
+            headers=self.headers,
+        )
+
+    @property
+    def client(self) -> OpenAIClient:
+        """The in-process client (for discovery calls: models, version)."""
+        if self._client is None:
+            raise RuntimeError("use LoadGenerator as an async context manager")
+        return self._client
+
+    def _expected_output_tokens(self) -> float:
+        if self._mean_output is None:
+            sample = [self.workload.lengths(i, stream=0)[1] for i in range(256)]
+            self._mean_output = sum(sample) / len(sample)
+        return self._mean_output
+
+    def workers_for(self, rate_rps: float) -> int:
+        """Workers the next probe at ``rate_rps`` would use."""
+        if self.fixed_workers is not None:
+            return min(self.fixed_workers, self.max_concurrency)
+        planned = plan_workers(
+            rate_rps=rate_rps,
+            mean_output_tokens=self._expected_output_tokens(),
+            max_workers=self.max_workers,
+        )
+        return min(planned, self.max_concurrency)
+
+    async def _ensure_pool(self, workers: int) -> WorkerPool | None:
+        if self.in_process:
+            return None
+        if self._pool is not None and len(self._pool) == workers:
+            return self._pool
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+        inits = [
+            WorkerInit(
+                engine=self.engine,
+                workload=self.workload,
+                base_url=self.base_url,
+                env=self._env,
+                headers=self.headers,
+                request_timeout_s=self.request_timeout_s,
+                transport=self.transport,
+                spin_s=self.spin_s,
+                log_level=logging.getLogger().getEffectiveLevel(),
+            )
+            for _ in range(workers)
+        ]
+        pool = WorkerPool(inits)
+        try:
+            await pool.start()
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+        return pool
+
+    async def probe(
+        self,
+        *,
+        index: int,
+        phase: ProbePhase,
+        rate_rps: float,
+        warmup_s: float,
+        window_s: float,
+        slo: SloSpec,
+        attempt: int = 0,
+        repeat: int | None = None,
+        stream: int | None = None,
+        keep_requests: bool = True,
+    ) -> ProbeRecord:
+        """Run one probe and return its record.
+
+        Args:
+            index: position of the probe in the run; also the default workload stream, so
+                every probe sends prompts of its own.
+            phase: why the probe runs.
+            rate_rps: target arrival rate.
+            warmup_s: warm-up length, s.
+            window_s: measurement window length, s.
+            slo: the latency objective.
+            attempt: confirm: back-off attempt.
+            repeat: confirm: repeat number.
+            stream: workload stream (default: ``index``).
+            keep_requests: include the window requests table in the record.
+
+        Raises:
+            ValueError: a non-positive rate or window.
+            TokenwattError: a worker process failed.
+        """
+        if not rate_rps > 0 or not window_s > 0 or warmup_s < 0:
+            raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
+        base_stream = index if stream is None else stream
+        workers = self.workers_for(rate_rps)
+        tries = 0
+        while True:
+            record = await self._probe_once(
+                workers=workers,
+                stream=base_stream + tries * 1_000_003,
+                index=index,
+                phase=phase,
+                rate_rps=rate_rps,
+                warmup_s=warmup_s,
+                window_s=window_s,
+                slo=slo,
+                attempt=attempt,
+                repeat=repeat,
+                keep_requests=keep_requests,
+            )
+            pacing_bound = record.client_bound and not (
+                record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
+            )
+            if self.fixed_workers is not None or not pacing_bound or workers >= self.max_workers:
+                return record
+            more = min(self.max_workers, workers * 2, self.max_concurrency)
+            if more <= workers:
+                return record
+            logger.warning(
+                "probe %d at %.3f req/s was client-bound with %d worker(s) (%s): re-running"
+                " it with %d",
+                index,
+                rate_rps,
+                workers,
+                "; ".join(record.client_bound_reasons),
+                more,
+            )
+            workers = more
+            tries += 1
+
+    async def _probe_once(
+        self,
+        *,
+        workers: int,
+        stream: int,
+        index: int,
+        phase: ProbePhase,
+        rate_rps: float,
+        warmup_s: float,
+        window_s: float,
+        slo: SloSpec,
+        attempt: int,
+        repeat: int | None,
+        keep_requests: bool,
+    ) -> ProbeRecord:
+        pool = await self._ensure_pool(workers)
+        started = dt.datetime.now(dt.UTC)
+        t0_ns = time.monotonic_ns() + int(_START_LEAD_S * _NS)
+        window_start_ns = t0_ns + round(warmup_s * _NS)
+        window_end_ns = window_start_ns + round(window_s * _NS)
+        samples: list[float] = []
+        errors: list[str] = []
+        sampler: asyncio.Task[None] | None = None
+        if self.metrics_url is not None:
+            sampler = asyncio.get_running_loop().create_task(
+                _sample_running(self.metrics_url, window_start_ns, window_end_ns, samples, errors)
+            )
+        logger.info(
+            "probe %d (%s): %.3f req/s, warm-up %g s, window %g s, %d worker(s)",
+            index,
+            phase,
+            rate_rps,
+            warmup_s,
+            window_s,
+            workers,
+        )
+        try:
+            plans = [
+                ProbePlan(
+                    rate_rps=rate_rps,
+                    warmup_s=warmup_s,
+                    window_s=window_s,
+                    stream=stream,
+                    t0_ns=t0_ns,
+                    shard=w,
+                    shards=workers,
+                    max_concurrency=_share(self.max_concurrency, workers, w),
+                )
+                for w in range(workers)
+            ]
+            if pool is None:
+                shard = Shard(self.client, self.workload, spin_s=self.spin_s)
+                results = [await shard.run(plans[0], on_window_done=shard.stop)]
+            else:
+                results = await pool.run(plans)
+        except BaseException:
+            if sampler is not None:
+                sampler.cancel()
+            if pool is not None and self._pool is pool:
+                # Workers may be mid-probe: replace them rather than reuse them.
+                self._pool = None
+                await pool.close()
+            raise
+        if sampler is not None:
+            if not sampler.done():
+                sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            if errors and not samples:
+                logger.warning(
+                    "no %s samples from %s (%s): running batch from Little's law instead",
+                    _RUNNING_GAUGE,
+                    self.metrics_url,
+                    errors[0],
+                )
+        record = build_probe_record(
+            index=index,
+            phase=phase,
+            rate_rps=rate_rps,
+            attempt=attempt,
+            repeat=repeat,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            started_utc=started,
+            t0_ns=t0_ns,
+            shards=results,
+            slo=slo,
+            max_concurrency=self.max_concurrency,
+            running_samples=samples,
+            keep_requests=keep_requests,
+        )
+        logger.info(
+            "probe %d: %d window requests, %d failed, p99 TTFT %s ms, p99 TPOT %s ms, send lag"
+            " p99 %.3f ms%s",
+            index,
+            record.window_requests,
+            record.failed,
+            record.ttft_ms.p99,
+            record.tpot_ms.p99,
+            record.send_lag_p99_ms,
+            ", CLIENT-BOUND" if record.client_bound else "",
+        )
+        return record
+
+
+async def run_probe(
+    spec: Spec,
+    workload: Workload,
+    *,
+    index: int,
+    phase: ProbePhase,
+    rate_rps: float,
+    warmup_s: float,
+    window_s: float,
+    slo: SloSpec | None = None,
+    attempt: int = 0,
+    repeat: int | None = None,
+    metrics_url: str | None = None,
+    base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    workers: int | None = None,
+    transport: TransportName = "fast",
+    keep_requests: bool = True,
+) -> ProbeRecord:
+    """Run one probe of a spec (a one-off :class:`LoadGenerator`; a sweep should keep one).
+
+    ``request_timeout_s`` and ``max_concurrency`` come from ``spec.measurement``, the SLO from
+    ``spec.slo`` unless given.
+
+    Raises:
+        EndpointError: the API key variable is not set, or the URL is unusable.
+    """
+    try:
+        generator = LoadGenerator(
+            spec.engine,
+            workload,
+            base_url=base_url,
+            env=env,
+            request_timeout_s=float(spec.measurement.request_timeout_s),
+            max_concurrency=spec.measurement.max_concurrency,
+            workers=workers,
+            metrics_url=metrics_url,
+            transport=transport,
+        )
+    except ValueError as exc:
+        raise EndpointError(str(exc)) from exc
+    async with generator:
+        return await generator.probe(
+            index=index,
+            phase=phase,
+            rate_rps=rate_rps,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            slo=slo or spec.slo,
+            attempt=attempt,
+            repeat=repeat,
+            keep_requests=keep_requests,
+        )

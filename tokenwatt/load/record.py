@@ -1,0 +1,173 @@
+"""A probe's record, computed from what its shards measured (pure).
+
+See :mod:`tokenwatt.load.probe` for the definitions it applies (window requests, offered and
+achieved rates, client-bound, running batch).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tokenwatt import metrics
+from tokenwatt.client.openai import RequestResult
+from tokenwatt.load._shard import ShardResult
+from tokenwatt.schema.run import LatencyStats, ProbePhase, ProbeRecord, RequestTable
+from tokenwatt.schema.spec import SloSpec
+
+__all__ = ["build_probe_record"]
+
+_NS = 1e9
+
+
+def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTable:
+    rows = sorted(window, key=lambda r: (r.t_sched_ns or 0, r.index))
+    ok = [r.ok for r in rows]
+    return RequestTable(
+        t_sched_s=[((r.t_sched_ns or 0) - window_start_ns) / _NS for r in rows],
+        send_lag_ms=[max(0.0, r.send_lag_ms or 0.0) for r in rows],
+        ttft_ms=[r.ttft_ms if good else None for r, good in zip(rows, ok, strict=True)],
+        tpot_ms=[r.tpot_ms if good else None for r, good in zip(rows, ok, strict=True)],
+        e2e_ms=[r.e2e_ms if good else None for r, good in zip(rows, ok, strict=True)],
+        input_tokens=[r.input_tokens for r in rows],
+        output_tokens=[r.output_tokens for r in rows],
+        status=[r.status for r in rows],
+    )
+
+
+def _itl_stats(window: Sequence[RequestResult]) -> LatencyStats:
+    """ITL over the window: every gap of every successful request, one +inf per failed one."""
+    parts: list[np.ndarray] = []
+    failed = 0
+    for r in window:
+        if not r.ok:
+            failed += 1
+        elif len(r.chunk_ns) > 1:
+            parts.append(np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) / 1e6)
+    if failed:
+        parts.append(np.full(failed, math.inf))
+    if not parts:
+        return LatencyStats(count=0)
+    return metrics.latency_stats(np.concatenate(parts))
+
+
+def build_probe_record(
+    *,
+    index: int,
+    phase: ProbePhase,
+    rate_rps: float,
+    attempt: int,
+    repeat: int | None,
+    warmup_s: float,
+    window_s: float,
+    started_utc: dt.datetime,
+    t0_ns: int,
+    shards: Sequence[ShardResult],
+    slo: SloSpec,
+    max_concurrency: int,
+    running_samples: Sequence[float] | None = None,
+    keep_requests: bool = True,
+) -> ProbeRecord:
+    """Compute a probe's record from what its shards measured (pure).
+
+    Args:
+        index: position of the probe in the run.
+        phase: why it ran.
+        rate_rps: target arrival rate.
+        attempt: confirm: back-off attempt.
+        repeat: confirm: repeat number.
+        warmup_s: warm-up length, s.
+        window_s: window length, s.
+        started_utc: wall-clock start.
+        t0_ns: probe start on the monotonic clock (the window starts ``warmup_s`` later).
+        shards: what each worker measured.
+        slo: the latency objective.
+        max_concurrency: the concurrency cap, for messages.
+        running_samples: engine gauge samples inside the window; None or empty = Little's law.
+        keep_requests: include the window requests table (the run file keeps it).
+    """
+    window_start_ns = t0_ns + round(warmup_s * _NS)
+    window_end_ns = window_start_ns + round(window_s * _NS)
+    window = [r for shard in shards for r in shard.window]
+    n = len(window)
+    table = _table(window, window_start_ns)
+    ok_rows = [r for r in window if r.ok]
+    send_lags = np.sort(np.asarray(table.send_lag_ms, dtype=np.float64))
+    send_lag_p99 = metrics.nearest_rank(send_lags, 99.0) if n else 0.0
+    last_send_ns = max((r.t_send_ns for r in window), default=window_start_ns)
+    span_s = max(window_s, (last_send_ns - window_start_ns) / _NS)
+    offered = n / window_s
+    achieved = n / span_s
+    slot_waits = sum(s.slot_waits for s in shards)
+    slot_wait_s = sum(s.slot_wait_ns for s in shards) / _NS
+    client_errors = sum(1 for r in window if r.status == "client_error")
+    reasons = metrics.client_bound_reasons(
+        offered_rate_rps=offered,
+        achieved_rate_rps=achieved,
+        send_lag_p99_ms=send_lag_p99,
+        slot_waits=slot_waits,
+        slot_wait_s=slot_wait_s,
+        max_concurrency=max_concurrency,
+        client_errors=client_errors,
+    )
+    ttft = metrics.table_latency_stats(table, "ttft_ms")
+    tpot = metrics.table_latency_stats(table, "tpot_ms")
+    e2e = metrics.table_latency_stats(table, "e2e_ms")
+    client_bound = bool(reasons)
+    if running_samples:
+        batch: float = float(sum(running_samples) / len(running_samples))
+        batch_source = "metrics"
+    else:
+        intervals = [iv for shard in shards for iv in shard.decode_intervals]
+        batch = metrics.littles_law_batch(intervals, window_start_ns, window_end_ns)
+        batch_source = "littles_law"
+    examples: dict[str, str] = {}
+    for r in window:
+        if not r.ok and r.status not in examples and r.error:
+            examples[r.status] = r.error
+    return ProbeRecord(
+        index=index,
+        phase=phase,
+        rate_rps=rate_rps,
+        attempt=attempt,
+        repeat=repeat,
+        warmup_s=warmup_s,
+        window_s=window_s,
+        started_utc=started_utc,
+        window_start_ns=window_start_ns,
+        window_end_ns=window_end_ns,
+        end_ns=max([window_end_ns, *(r.t_end_ns for r in window)]),
+        window_requests=n,
+        ok=len(ok_rows),
+        failed=n - len(ok_rows),
+        failures_by_cause=metrics.failures_by_cause(table.status),
+        failure_examples=examples,
+        output_tokens=sum(r.output_tokens for r in ok_rows),
+        goodput_tok_s=metrics.goodput_tok_s(table, window_s),
+        request_throughput_rps=metrics.request_throughput_rps(table, window_s),
+        offered_rate_rps=offered,
+        achieved_rate_rps=achieved,
+        send_lag_p99_ms=send_lag_p99,
+        send_lag_max_ms=float(send_lags[-1]) if n else 0.0,
+        slot_wait_s=slot_wait_s,
+        client_bound=client_bound,
+        client_bound_reasons=reasons,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        itl_ms=_itl_stats(window),
+        e2e_ms=e2e,
+        slo_pass=metrics.slo_pass(ttft_ms=ttft, tpot_ms=tpot, slo=slo, client_bound=client_bound),
+        workers=max(1, len(shards)),
+        running_batch_mean=batch,
+        batch_source=batch_source,
+        output_length_violations=sum(1 for r in window if r.output_length_violation),
+        usage_mismatches=sum(1 for r in window if r.usage_mismatch),
+        approximate_output_tokens=sum(1 for r in ok_rows if r.output_tokens_approx),
+        max_in_flight=sum(s.max_in_flight for s in shards),
+        client_cpu_s=sum(s.cpu_s for s in shards),
+        client_preemptions=sum(s.preemptions for s in shards),
+        requests=table if keep_requests else None,
+    )

@@ -1,0 +1,474 @@
+"""The deterministic request stream of a spec: prompt and output lengths, prompts, trace times.
+
+Lengths come from, in order of precedence: ``workload.input_tokens`` / ``output_tokens`` (a fixed
+count or a distribution), else the trace (``workload.trace``):
+
+- ``chat-mix-v1`` (built in): independent log-normal input and output lengths fitted to the
+  seed's published quantiles, input median 1,024 / p90 4,096 tokens and output median 256 /
+  p90 1,024 tokens. Fit: a log-normal with median m and 90th percentile q has
+  mu = ln m and sigma = (ln q - ln m) / z_0.9, z_0.9 = 1.2815515655446004 (the standard normal's
+  90th percentile), so both quantiles are matched exactly before clipping: sigma = ln 4 / z_0.9
+  = 1.0817 for both. A draw is exp(mu + sigma * N(0, 1)) rounded to the nearest integer.
+- A trace file: the Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)
+  or JSONL with one object per line, ``{"t_s": 0.0, "input_tokens": 812, "output_tokens": 41}``
+  (``t_s`` optional: seconds, any origin; the Mooncake trace's ``timestamp`` in ms with
+  ``input_length``/``output_length`` is read too). Rows are used in order and repeat.
+
+Every request is clipped to the model's context: input to [1, C - 1], then output to
+[1, C - input], where C is the server's context length if the caller knows it, else
+``model.geometry.max_position_embeddings``, else ``max_position_embeddings`` from the model's
+``config.json``; with none of these nothing is clipped (and a warning is logged). For the chat
+API, C is reduced by 32 tokens for the chat template.
+
+Prompts: the completions API gets token ids (exact input length, no tokenizer needed) drawn
+uniformly from [vocab/100, vocab - vocab/20): the lowest 1 % and highest 5 % of a vocabulary are
+where special, byte and reserved tokens usually sit, and ids past the tokenizer's last token are
+rejected by vLLM ("out of vocabulary"; Qwen3's config says 151,936 while its tokenizer ends at
+151,668). The chat API cannot take ids, so it gets that many words from a fixed list of common
+English words (about one token each; the server's usage gives the true count).
+
+Same seed, same requests, byte for byte: request ``i`` of stream ``s`` draws from its own random
+generator seeded with (seed, s, i), so any request can be made alone, in any order, in any
+process. Each probe of a run uses its own stream, so prompts never repeat between probes (a
+repeated prompt would be served from the prefix cache).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from tokenwatt.client.openai import GenerationRequest
+from tokenwatt.errors import SpecError
+from tokenwatt.load.arrivals import arrival_offsets, trace_offsets
+from tokenwatt.schema.spec import (
+    ArrivalSpec,
+    FixedTokens,
+    LognormalTokens,
+    Spec,
+    TokenCount,
+    UniformTokens,
+)
+from tokenwatt.store import resolve_relative
+
+__all__ = [
+    "CHAT_MIX_V1",
+    "CHAT_TEMPLATE_MARGIN_TOKENS",
+    "Z90",
+    "TraceRow",
+    "Workload",
+    "build_workload",
+    "lognormal_params",
+    "read_context_tokens",
+    "read_trace",
+    "token_id_range",
+]
+
+logger = logging.getLogger(__name__)
+
+Z90 = 1.2815515655446004
+"""The standard normal distribution's 90th percentile."""
+
+CHAT_MIX_V1: tuple[LognormalTokens, LognormalTokens] = (
+    LognormalTokens(median=1024, p90=4096),
+    LognormalTokens(median=256, p90=1024),
+)
+"""Input and output length distributions of the built-in ``chat-mix-v1`` workload."""
+
+CHAT_TEMPLATE_MARGIN_TOKENS = 32
+"""Context kept free for the chat template when the chat API is used."""
+
+_REQUEST_KEY = 0x52455153  # separates per-request draws from the arrival draws
+
+# Common English words; each is one token in the usual BPE vocabularies.
+_WORD_TEXT = """
+the of and to in is was for on that with as by at from his her it an were are which this be or
+has had not but one all they their there been have new more can will who would other time some
+two first after when also most into over only about out than many then these so may any such
+made where while during through world city year years state part people used known since both
+under three each well however between later around before being called high long life game
+music work film war best did you we could found own just
+"""
+_WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
+
+
+def lognormal_params(median: float, p90: float) -> tuple[float, float]:
+    """(mu, sigma) of the log-normal with this median and 90th percentile.
+
+    Raises:
+        ValueError: unless 0 < median < p90.
+    """
+    if not 0 < median < p90:
+        raise ValueError(f"need 0 < median < p90, got median {median}, p90 {p90}")
+    mu = math.log(median)
+    return mu, (math.log(p90) - mu) / Z90
+
+
+def token_id_range(vocab_size: int) -> tuple[int, int]:
+    """Token ids are drawn from [low, high): the vocabulary minus its lowest 1 % and top 5 %."""
+    if vocab_size < 2:
+        raise ValueError("vocab_size must be at least 2")
+    low = vocab_size // 100
+    high = vocab_size - vocab_size // 20
+    return low, max(high, low + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One request of a trace file."""
+
+    t_s: float | None
+    input_tokens: int
+    output_tokens: int
+
+
+def _positive(value: object, what: str, where: str) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise SpecError(f"{where}: {what} is not an integer: {value!r}") from None
+    if number < 0:
+        raise SpecError(f"{where}: {what} is negative: {number}")
+    return max(number, 1)  # 0 tokens cannot be asked for; 1 is the nearest request
+
+
+def _azure_time(text: str, where: str) -> dt.datetime:
+    # "2023-11-16 18:15:46.6805900": 7 fractional digits, one more than datetime accepts.
+    head, dot, frac = text.strip().partition(".")
+    try:
+        moment = dt.datetime.fromisoformat(head)
+        if dot:
+            digits = (frac + "000000")[:6]
+            moment = moment.replace(microsecond=int(digits))
+    except ValueError:
+        raise SpecError(f"{where}: TIMESTAMP is not a date-time: {text!r}") from None
+    return moment
+
+
+def _read_csv(path: Path) -> list[TraceRow]:
+    rows: list[TraceRow] = []
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        fields = {name.strip().lower(): name for name in reader.fieldnames or []}
+        need = {"contexttokens", "generatedtokens"}
+        if not need <= fields.keys():
+            raise SpecError(
+                f"{path}: not an Azure LLM trace CSV: expected columns TIMESTAMP,"
+                f"ContextTokens,GeneratedTokens, found {reader.fieldnames}"
+            )
+        time_field = fields.get("timestamp")
+        origin: dt.datetime | None = None
+        for line_no, record in enumerate(reader, start=2):
+            where = f"{path}:{line_no}"
+            t_s: float | None = None
+            if time_field is not None:
+                raw = record[time_field] or ""
+                try:
+                    t_s = float(raw)
+                except ValueError:
+                    moment = _azure_time(raw, where)
+                    origin = origin or moment
+                    t_s = (moment - origin).total_seconds()
+            rows.append(
+                TraceRow(
+                    t_s=t_s,
+                    input_tokens=_positive(record[fields["contexttokens"]], "ContextTokens", where),
+                    output_tokens=_positive(
+                        record[fields["generatedtokens"]], "GeneratedTokens", where
+                    ),
+                )
+            )
+    return rows
+
+
+def _read_jsonl(path: Path) -> list[TraceRow]:
+    rows: list[TraceRow] = []
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                raise SpecError(f"{where}: not JSON: {exc}") from None
+            if not isinstance(obj, dict):
+                raise SpecError(f"{where}: expected a JSON object per line")
+            if "input_tokens" in obj:
+                keys = ("input_tokens", "output_tokens")
+            elif "input_length" in obj:
+                keys = ("input_length", "output_length")
+            else:
+                raise SpecError(f"{where}: missing 'input_tokens' (and 'output_tokens')")
+            if keys[1] not in obj:
+                raise SpecError(f"{where}: missing {keys[1]!r}")
+            t_s: float | None = None
+            raw_t = obj.get("t_s", obj.get("timestamp"))
+            if raw_t is not None:
+                if not isinstance(raw_t, int | float) or isinstance(raw_t, bool):
+                    raise SpecError(f"{where}: the timestamp is not a number: {raw_t!r}")
+                t_s = float(raw_t) if "t_s" in obj else float(raw_t) / 1000.0
+            rows.append(
+                TraceRow(
+                    t_s=t_s,
+                    input_tokens=_positive(obj[keys[0]], keys[0], where),
+                    output_tokens=_positive(obj[keys[1]], keys[1], where),
+                )
+            )
+    return rows
+
+
+def read_trace(path: Path) -> list[TraceRow]:
+    """Read a trace file: ``.csv`` (Azure LLM trace) or ``.jsonl``/``.json`` (one object a line).
+
+    Raises:
+        SpecError: a missing or malformed file, naming the file, line and field.
+    """
+    if not path.is_file():
+        raise SpecError(f"workload.trace: file not found: {path}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            rows = _read_csv(path)
+        elif suffix in (".jsonl", ".json", ".ndjson"):
+            rows = _read_jsonl(path)
+        else:
+            raise SpecError(
+                f"workload.trace: {path}: unknown trace format {suffix!r}"
+                " (use .csv for the Azure LLM trace, .jsonl for one request per line)"
+            )
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"workload.trace: cannot read {path}: {exc}") from exc
+    if not rows:
+        raise SpecError(f"workload.trace: {path} holds no requests")
+    return rows
+
+
+def read_context_tokens(spec: Spec, spec_path: Path | None) -> int | None:
+    """The model's context length from the spec: geometry override, else config.json.
+
+    Raises:
+        SpecError: a config.json that exists but does not parse.
+    """
+    override = spec.model.geometry.max_position_embeddings
+    if override is not None:
+        return override
+    if spec.model.config is None:
+        return None
+    path = (
+        resolve_relative(spec_path, spec.model.config)
+        if spec_path is not None
+        else Path(spec.model.config)
+    )
+    if not path.is_file():
+        logger.warning("model.config %s not found: prompt lengths are not clipped", path)
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"model.config: {path}: not a JSON file: {exc}") from exc
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if value is None and isinstance(config, dict):
+        text_config = config.get("text_config")
+        if isinstance(text_config, dict):
+            value = text_config.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 1 else None
+
+
+def _draw(dist: TokenCount | None, rng: np.random.Generator) -> int | None:
+    if dist is None:
+        return None
+    if isinstance(dist, int):
+        return dist
+    if isinstance(dist, FixedTokens):
+        return dist.value
+    if isinstance(dist, UniformTokens):
+        return int(rng.integers(dist.min, dist.max + 1))
+    mu, sigma = lognormal_params(dist.median, dist.p90)
+    value = round(math.exp(mu + sigma * float(rng.standard_normal())))
+    value = max(value, dist.min)
+    if dist.max is not None:
+        value = min(value, dist.max)
+    return value
+
+
+class Workload:
+    """The request stream of one spec: request ``i`` of stream ``s`` is always the same.
+
+    Build it with :func:`build_workload`. Picklable: worker processes receive a copy.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        api: Literal["completions", "chat"],
+        vocab_size: int,
+        seed: int,
+        arrival: ArrivalSpec,
+        input_dist: TokenCount | None,
+        output_dist: TokenCount | None,
+        rows: list[TraceRow] | None,
+        context_tokens: int | None,
+    ) -> None:
+        if rows is None and (input_dist is None or output_dist is None):
+            raise ValueError("without a trace, both length distributions are needed")
+        self.name = name
+        self.api = api
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.arrival = arrival
+        self.input_dist = input_dist
+        self.output_dist = output_dist
+        self.rows = rows
+        self.context_tokens = context_tokens
+        self._id_low, self._id_high = token_id_range(vocab_size)
+
+    @property
+    def trace_times_s(self) -> list[float] | None:
+        """The trace's timestamps, when it has one for every row."""
+        if self.rows is None or any(r.t_s is None for r in self.rows):
+            return None
+        return [r.t_s for r in self.rows if r.t_s is not None]
+
+    def _rng(self, index: int, stream: int) -> np.random.Generator:
+        return np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self.seed, stream, index, _REQUEST_KEY]))
+        )
+
+    def _lengths(self, index: int, rng: np.random.Generator) -> tuple[int, int]:
+        row = self.rows[index % len(self.rows)] if self.rows else None
+        n_in = _draw(self.input_dist, rng)
+        n_out = _draw(self.output_dist, rng)
+        if n_in is None:
+            assert row is not None
+            n_in = row.input_tokens
+        if n_out is None:
+            assert row is not None
+            n_out = row.output_tokens
+        if self.context_tokens is not None:
+            context = self.context_tokens
+            if self.api == "chat":
+                context -= CHAT_TEMPLATE_MARGIN_TOKENS
+            context = max(context, 2)
+            n_in = min(max(n_in, 1), context - 1)
+            n_out = min(max(n_out, 1), context - n_in)
+        return max(n_in, 1), max(n_out, 1)
+
+    def lengths(self, index: int, *, stream: int = 0) -> tuple[int, int]:
+        """(input tokens, output tokens) of request ``index`` of ``stream``."""
+        return self._lengths(index, self._rng(index, stream))
+
+    def request(self, index: int, *, stream: int = 0) -> GenerationRequest:
+        """Request ``index`` of ``stream``, with its prompt."""
+        if index < 0:
+            raise ValueError("request index must be non-negative")
+        rng = self._rng(index, stream)
+        n_in, n_out = self._lengths(index, rng)
+        if self.api == "chat":
+            words = rng.integers(0, len(_WORDS), size=n_in).tolist()
+            text = " ".join(_WORDS[w] for w in words)
+            return GenerationRequest(
+                index=index, max_tokens=n_out, input_tokens=n_in, prompt_text=text
+            )
+        ids = rng.integers(self._id_low, self._id_high, size=n_in).tolist()
+        return GenerationRequest(index=index, max_tokens=n_out, input_tokens=n_in, prompt_ids=ids)
+
+    def requests(
+        self, *, stream: int = 0, start: int = 0, step: int = 1
+    ) -> Iterator[GenerationRequest]:
+        """Requests ``start``, ``start + step``, ... of ``stream``, without end."""
+        index = start
+        while True:
+            yield self.request(index, stream=stream)
+            index += step
+
+    def arrivals(self, rate_rps: float, *, stream: int = 0) -> Iterator[float]:
+        """Arrival offsets (s from the probe start) of ``stream`` at ``rate_rps``.
+
+        Raises:
+            ValueError: process ``trace`` without trace timestamps.
+        """
+        return arrival_offsets(
+            self.arrival,
+            rate_rps=rate_rps,
+            seed=self.seed,
+            stream=stream,
+            trace_times_s=self.trace_times_s,
+        )
+
+    def describe(self) -> str:
+        """One line for logs: the lengths and the context clip."""
+        source = self.name if self.rows is None else f"{self.name} ({len(self.rows)} rows)"
+        clip = f", clipped to {self.context_tokens} tokens" if self.context_tokens else ""
+        return f"{source}, {self.api} API, arrivals {self.arrival.process}{clip}"
+
+
+def build_workload(
+    spec: Spec, *, spec_path: Path | None = None, context_tokens: int | None = None
+) -> Workload:
+    """The request stream a spec describes.
+
+    Args:
+        spec: the spec.
+        spec_path: the spec file, to resolve relative trace and config paths
+            (:func:`tokenwatt.store.resolve_relative`).
+        context_tokens: the server's context length (e.g. from
+            :meth:`tokenwatt.client.openai.OpenAIClient.max_model_len`); it wins over the
+            model config.
+
+    Raises:
+        SpecError: an unreadable trace or config, a trace without timestamps for ``trace``
+            arrivals, or a name that is neither built in nor a file.
+    """
+    work = spec.workload
+    rows: list[TraceRow] | None = None
+    input_dist: TokenCount | None = work.input_tokens
+    output_dist: TokenCount | None = work.output_tokens
+    if work.trace == "chat-mix-v1":
+        input_dist = input_dist if input_dist is not None else CHAT_MIX_V1[0]
+        output_dist = output_dist if output_dist is not None else CHAT_MIX_V1[1]
+    else:
+        path = resolve_relative(spec_path, work.trace) if spec_path else Path(work.trace)
+        if not path.is_file() and "/" not in work.trace and "." not in work.trace:
+            raise SpecError(
+                f"workload.trace: {work.trace!r} is neither a built-in workload (chat-mix-v1)"
+                " nor a trace file"
+            )
+        rows = read_trace(path)
+    if work.arrival.process == "trace":
+        if rows is None or any(r.t_s is None for r in rows):
+            raise SpecError(
+                "workload.arrival.process is 'trace' but the workload has no timestamps for"
+                " every request: use a trace file with timestamps, or another arrival process"
+            )
+        try:
+            trace_offsets([r.t_s for r in rows if r.t_s is not None])
+        except ValueError as exc:
+            raise SpecError(f"workload.trace: {work.trace}: {exc}") from exc
+    context = context_tokens if context_tokens is not None else read_context_tokens(spec, spec_path)
+    if context is None:
+        logger.warning(
+            "model context length unknown (no model.config, no geometry override, no server"
+            " value): request lengths are not clipped"
+        )
+    return Workload(
+        name=work.trace,
+        api=spec.engine.api,
+        vocab_size=spec.model.vocab_size,
+        seed=work.seed,
+        arrival=work.arrival,
+        input_dist=input_dist,
+        output_dist=output_dist,
+        rows=rows,
+        context_tokens=context,
+    )
