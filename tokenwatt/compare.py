@@ -12,6 +12,9 @@ much. A configuration whose accuracy dropped by more than ``max_drop_pts`` point
 baseline fails the accuracy gate and is never reported as better, whatever its goodput. The
 sentence is written here, from the numbers, never by hand.
 
+**Resolution.** A sweep knows the SLO boundary only between the confirmed rate and the lowest
+failing rate above it; when a change is smaller than that gap the verdict says so.
+
 **Confidence interval.** With at least three repeats in both configurations the verdict also
 gives Welch's two-sample t-test (unequal variances; ``scipy.stats.ttest_ind(equal_var=False)``)
 and its 95% confidence interval for the difference of mean goodputs, as a percentage of the
@@ -121,7 +124,11 @@ def _fmt_tok_s(value: float) -> str:
 
 
 def verdict(
-    configs: Sequence[ConfigFigures], *, band_pct: float, max_drop_pts: float | None
+    configs: Sequence[ConfigFigures],
+    *,
+    band_pct: float,
+    max_drop_pts: float | None,
+    resolution_pct: float | None = None,
 ) -> Verdict:
     """The comparison's conclusion, from the numbers.
 
@@ -130,6 +137,8 @@ def verdict(
             one with key ``tuned`` the candidate.
         band_pct: the variance band (:func:`variance_band_pct`).
         max_drop_pts: the accuracy gate (``None``: no accuracy gate).
+        resolution_pct: the sweep's resolution (the largest gap between a confirmed rate and
+            the lowest failing rate above it); a change smaller than it is said to be so.
     """
     baseline = next((c for c in configs if c.key == "baseline"), None)
     tuned = next((c for c in configs if c.key == "tuned"), None)
@@ -169,6 +178,15 @@ def verdict(
         text = (
             f"{who}: {abs(change):.1f}% {'higher' if change > 0 else 'lower'} SLO goodput"
             f" ({figures}), beyond the ±{band_pct:.1f}% variance band."
+        )
+    if (
+        outcome in ("better", "worse")
+        and resolution_pct is not None
+        and abs(change) < resolution_pct
+    ):
+        text += (
+            f" The change is smaller than the sweep's resolution ({resolution_pct:.1f}% between a"
+            " confirmed rate and the lowest failing rate above it): a finer sweep could change it."
         )
     if ci is not None:
         low, high, p_value = ci

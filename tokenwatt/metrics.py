@@ -30,12 +30,14 @@ __all__ = [
     "MAX_SEND_LAG_P99_MS",
     "MIN_ACHIEVED_RATE_FRACTION",
     "PERCENTILES",
+    "TableColumn",
     "client_bound_reasons",
     "failures_by_cause",
     "goodput_tok_s",
     "latency_stats",
     "littles_law_batch",
     "nearest_rank",
+    "pooled_latency_stats",
     "request_throughput_rps",
     "slo_pass",
     "table_latency_stats",
@@ -125,12 +127,22 @@ def table_latency_stats(table: RequestTable, column: TableColumn) -> LatencyStat
         table: the window requests.
         column: ``ttft_ms``, ``tpot_ms`` or ``e2e_ms``.
     """
+    return pooled_latency_stats([table], column)
+
+
+def pooled_latency_stats(tables: Sequence[RequestTable], column: TableColumn) -> LatencyStats:
+    """Latency summary of one column over the window requests of several probes pooled.
+
+    The p99 TTFT and TPOT of a configuration pool its confirmation repeats this way; the rules
+    are those of :func:`table_latency_stats`.
+    """
     values: list[float | None] = []
-    for status, value in zip(table.status, getattr(table, column), strict=True):
-        if status != "ok":
-            values.append(None)
-        elif value is not None:
-            values.append(value)
+    for table in tables:
+        for status, value in zip(table.status, getattr(table, column), strict=True):
+            if status != "ok":
+                values.append(None)
+            elif value is not None:
+                values.append(value)
     return latency_stats(values)
 
 

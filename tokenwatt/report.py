@@ -22,7 +22,7 @@ from pathlib import Path
 from tokenwatt import compare, policy
 from tokenwatt.errors import ResultError
 from tokenwatt.gpus import preset_for_device_name
-from tokenwatt.metrics import latency_stats
+from tokenwatt.metrics import TableColumn, pooled_latency_stats
 from tokenwatt.schema.result import (
     ConfigAccuracy,
     ConfigMeasurement,
@@ -161,18 +161,19 @@ class _Figures:
     confirmed_rate_rps: float | None
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    """Figures are written to the precision a page shows; the run file keeps them all."""
+    return None if value is None else round(value, digits)
+
+
 def _finite_or_none(value: float | None) -> float | None:
     return None if value is None or math.isinf(value) else value
 
 
-def _pooled_p99(probes: Sequence[ProbeRecord], column: str) -> float | None:
-    tables = [p.requests for p in probes]
-    if probes and all(t is not None for t in tables):
-        values: list[float | None] = []
-        for table in tables:
-            assert table is not None
-            values.extend(getattr(table, column))
-        return latency_stats(values).p99
+def _pooled_p99(probes: Sequence[ProbeRecord], column: TableColumn) -> float | None:
+    tables = [p.requests for p in probes if p.requests is not None]
+    if probes and len(tables) == len(probes):
+        return pooled_latency_stats(tables, column).p99
     # Without the requests, the worst repeat's p99 bounds the pooled one from above.
     p99s = [getattr(p, column).p99 for p in probes]
     known = [v for v in p99s if v is not None]
@@ -222,6 +223,14 @@ def _figures(loaded: LoadedRun) -> _Figures:
     )
 
 
+def _boundary_gap_pct(run: RunFile, confirmed: float | None) -> float | None:
+    """How far above the confirmed rate the lowest failing probe ran, in percent."""
+    if confirmed is None:
+        return None
+    above = [p.rate_rps for p in run.probes if not p.slo_pass and p.rate_rps > confirmed]
+    return (min(above) - confirmed) / confirmed * 100.0 if above else None
+
+
 def _power_trace(run: RunFile) -> PowerTraceSummary | None:
     power = run.power
     if power is None or power.source == "none":
@@ -262,13 +271,13 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
 
 
 def _engine_text(run: RunFile) -> str:
+    """``vLLM 0.31.0 · KV BF16`` (the server's reported version, else the spec's)."""
     version = run.environment.engine_version or run.spec.engine.version
     name = run.spec.engine.name
-    return (
-        f"{name} {version} \u00b7 KV {run.spec.model.kv_dtype.upper()}"
-        if version
-        else (f"{name} \u00b7 KV {run.spec.model.kv_dtype.upper()}")
-    )
+    engine = name
+    if version:
+        engine = version if version.lower().startswith(name.lower()) else f"{name} {version}"
+    return f"{engine} \u00b7 KV {run.spec.model.kv_dtype.upper()}"
 
 
 def _config(
@@ -301,28 +310,29 @@ def _config(
         key=run.role,
         label=run.description or run.label,
         engine=_engine_text(run),
-        mbu_pct=run.mbu.mbu_pct if run.mbu is not None else None,
-        node_power_kw=power.node_power_kw if power is not None else None,
-        goodput_tok_s=figures.goodput_tok_s,
-        ttft_p99_ms=figures.ttft_p99_ms,
-        tpot_p99_ms=figures.tpot_p99_ms,
+        mbu_pct=_round(run.mbu.mbu_pct, 1) if run.mbu is not None else None,
+        node_power_kw=_round(power.node_power_kw, 3) if power is not None else None,
+        goodput_tok_s=_round(figures.goodput_tok_s, 1) or 0.0,
+        ttft_p99_ms=_round(figures.ttft_p99_ms, 1),
+        tpot_p99_ms=_round(figures.tpot_p99_ms, 1),
         slo_pass_count=figures.slo_pass_count,
         repeats=run.effective.repeats,
         throttle_counts=dict(power.throttle_counts) if power is not None else {},
         accuracy=accuracy,
-        confirmed_rate_rps=figures.confirmed_rate_rps,
-        repeat_goodputs_tok_s=figures.repeat_goodputs,
+        confirmed_rate_rps=_round(figures.confirmed_rate_rps, 3),
+        repeat_goodputs_tok_s=[round(g, 1) for g in figures.repeat_goodputs],
         goodput_delta_pct=(
-            compare.change_pct(figures.goodput_tok_s, baseline.goodput_tok_s)
+            _round(compare.change_pct(figures.goodput_tok_s, baseline.goodput_tok_s), 2)
             if baseline is not None and baseline.goodput_tok_s > 0
             else None
         ),
-        tokens_per_joule=power.tokens_per_joule if power is not None else None,
-        energy_j=power.energy_j if power is not None else None,
+        tokens_per_joule=_round(power.tokens_per_joule, 3) if power is not None else None,
+        energy_j=_round(power.energy_j, 1) if power is not None else None,
         energy_method=power.energy_method if power is not None else None,
         power_trace=_power_trace(run),
         probes=_probe_points(run),
-        probe_seconds=outcome.probe_seconds if outcome is not None else None,
+        probe_seconds=_round(outcome.probe_seconds, 1) if outcome is not None else None,
+        boundary_gap_pct=_round(_boundary_gap_pct(run, figures.confirmed_rate_rps), 1),
         measurement=ConfigMeasurement(
             warmup_s=run.effective.warmup_s,
             window_s=run.effective.window_s,
@@ -332,8 +342,8 @@ def _config(
             simulated=run.simulated,
             complete=run.complete,
         ),
-        mbu_bytes_per_step=run.mbu.bytes_per_step if run.mbu is not None else None,
-        mbu_batch_mean=run.mbu.batch_mean if run.mbu is not None else None,
+        mbu_bytes_per_step=_round(run.mbu.bytes_per_step, 0) if run.mbu is not None else None,
+        mbu_batch_mean=_round(run.mbu.batch_mean, 2) if run.mbu is not None else None,
         run_file=loaded.path,
     )
 
@@ -392,7 +402,9 @@ def _hardware(ref: RunFile) -> ResultHardware:
     )
 
 
-def _not_covered(runs: Sequence[LoadedRun], configs: Sequence[ConfigResult]) -> list[str]:
+def _not_covered(
+    runs: Sequence[LoadedRun], configs: Sequence[ConfigResult], *, band_pct: float
+) -> list[str]:
     notes: list[str] = []
 
     def add(note: str) -> None:
@@ -434,6 +446,13 @@ def _not_covered(runs: Sequence[LoadedRun], configs: Sequence[ConfigResult]) -> 
     for config in configs:
         if config.confirmed_rate_rps is None:
             add(f"Config '{config.label}': no arrival rate met the SLO")
+        elif config.boundary_gap_pct is not None and config.boundary_gap_pct > band_pct:
+            add(
+                f"Sweep resolution: config '{config.label}' passed at"
+                f" {config.confirmed_rate_rps:g} req/s and failed {config.boundary_gap_pct:.1f}%"
+                f" higher; its SLO boundary lies in between (wider than the ±{band_pct:.1f}%"
+                " variance band)"
+            )
     return notes
 
 
@@ -517,7 +536,10 @@ def build_result(
     ]
     band = compare.variance_band_pct(comp)
     max_drop = ref.spec.accuracy.max_drop_pts if ref.spec.accuracy is not None else None
-    verdict = compare.verdict(comp, band_pct=band, max_drop_pts=max_drop)
+    gaps = [c.boundary_gap_pct for c in configs if c.boundary_gap_pct is not None]
+    verdict = compare.verdict(
+        comp, band_pct=band, max_drop_pts=max_drop, resolution_pct=max(gaps) if gaps else None
+    )
     hardware = _hardware(ref)
     fleet: Fleet | None = None
     if fleet_cards is not None:
@@ -574,7 +596,7 @@ def build_result(
         variance_band_pct=round(band, 2),
         fleet=fleet,
         configs=configs,
-        not_covered=_not_covered(ordered, configs),
+        not_covered=_not_covered(ordered, configs, band_pct=band),
         reproduce=reproduce,
         spec=spec,
         schema_version=1,

@@ -133,3 +133,12 @@ def test_fleet_projection_by_hand():
 def test_change_of_zero_reference():
     assert change_pct(0.0, 0.0) == 0.0
     assert math.isinf(change_pct(1.0, 0.0))
+
+
+def test_a_change_smaller_than_the_sweep_resolution_says_so():
+    configs = [fig("baseline", 100.0), fig("tuned", 110.0)]
+    v = verdict(configs, band_pct=2.0, max_drop_pts=None, resolution_pct=12.5)
+    assert v.outcome == "better"
+    assert "smaller than the sweep's resolution (12.5%" in v.text
+    coarse_ok = verdict(configs, band_pct=2.0, max_drop_pts=None, resolution_pct=5.0)
+    assert "resolution" not in coarse_ok.text

@@ -194,3 +194,19 @@ def test_result_validates_and_round_trips(tmp_path):
 def test_slug_and_quote():
     assert slugify(TITLE) == "tuned-vs-default-fused-moe-kernels-qwen3-30b-a3b-fp8-on-1-h100-sxm"
     assert quote_arg("it's") == "'it'\"'\"'s'"
+
+
+def test_sweep_resolution_is_stated_when_wider_than_the_band():
+    runs = factories.seed_runs()
+    fail = factories.probe(
+        3, rate=24.0, passed=False, window_s=60.0, output_tokens=60_000, goodput_tok_s=1000.0
+    )
+    runs[1] = runs[1].model_copy(update={"probes": [*runs[1].probes, fail]})
+    result = make(runs)
+    tuned = result.configs[1]
+    assert tuned.boundary_gap_pct == 20.0  # (24 - 20) / 20
+    assert result.configs[0].boundary_gap_pct is None  # nothing failed above 20 req/s
+    assert any(
+        n.startswith("Sweep resolution: config 'tuned kernels' passed at 20 req/s and failed 20.0%")
+        for n in result.not_covered
+    )

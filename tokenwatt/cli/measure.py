@@ -1,13 +1,48 @@
-"""``tokenwatt measure`` (alias ``run``): sweep to the SLO boundary and write a run file."""
+"""``tokenwatt measure`` (alias ``run``): sweep to the SLO boundary and write a run file.
+
+The terminal shows the phase, the probe in progress (rate, workers, time left in it) and a table
+of finished probes with their p99 TTFT and TPOT against the SLO; without a terminal it logs one
+line per event, and ``--json-log`` writes one JSON object per event to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any, TypeVar
 
-from tokenwatt.errors import NotBuiltError
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+from typing_extensions import override
 
-__all__ = ["register", "run"]
+from tokenwatt import store
+from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt.measure import MeasureOptions, Progress, measure
+from tokenwatt.report import quote_arg
+from tokenwatt.schema.run import ProbeRecord
+from tokenwatt.schema.spec import SloSpec
+from tokenwatt.sweep import ProbePlan
+
+__all__ = [
+    "JsonProgress",
+    "LogProgress",
+    "TerminalProgress",
+    "command_line",
+    "register",
+    "run",
+    "run_until_signal",
+]
+
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,6 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "measure",
         aliases=["run"],
         help="measure one configuration: sweep to the SLO boundary, write runs/*.json",
+        description="Pre-flight checks, the accuracy gate, then the rate sweep (grow, bisect,"
+        " confirm, back off); power and MBU over the confirmed windows. Ctrl-C writes what was"
+        " measured, marked incomplete.",
     )
     p.add_argument(
         "--spec", required=True, help="spec file (a bare name is also looked up in specs/)"
@@ -23,11 +61,279 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--label", required=True, help="name of this configuration")
     p.add_argument("--role", required=True, choices=["baseline", "tuned", "other"])
     p.add_argument("--out", required=True, type=Path, help="run file to write")
-    p.add_argument("--quick", action="store_true", help="short windows, for validation only")
+    p.add_argument("--description", help="label shown on the page (default: --label)")
+    p.add_argument(
+        "--quick", action="store_true", help="short windows, one repeat: validation only"
+    )
     p.add_argument("--no-accuracy", action="store_true", help="skip the accuracy check")
+    p.add_argument("--json-log", action="store_true", help="one JSON object per event on stderr")
     p.set_defaults(handler=run)
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The command as it will appear in the reproduce block (free text always single-quoted)."""
+    parts = [
+        "tokenwatt",
+        args.command,
+        "--spec",
+        shlex.quote(args.spec),
+        "--label",
+        quote_arg(args.label),
+        "--role",
+        args.role,
+        "--out",
+        shlex.quote(str(args.out)),
+    ]
+    if args.description:
+        parts += ["--description", quote_arg(args.description)]
+    if args.quick:
+        parts.append("--quick")
+    if args.no_accuracy:
+        parts.append("--no-accuracy")
+    return " ".join(parts)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == float("inf"):
+        return "inf"
+    return f"{value:,.1f}"
+
+
+class _Base(Progress):
+    def __init__(self, slo: SloSpec) -> None:
+        self.slo = slo
+        self.t0 = time.monotonic()
+        self.probe_seconds = 0.0
+        self._probe_t0: float | None = None
+
+    def elapsed(self) -> str:
+        seconds = int(time.monotonic() - self.t0)
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class LogProgress(_Base):
+    """One log line per event (no terminal)."""
+
+    def __init__(self, slo: SloSpec, console: Console) -> None:
+        super().__init__(slo)
+        self.console = console
+
+    @override
+    def phase(self, name: str, detail: str = "") -> None:
+        self.console.print(f"[{self.elapsed()}] {name}: {escape(detail)}")
+
+    @override
+    def accuracy(self, done: int, total: int) -> None:
+        if done == total or done % max(1, total // 5) == 0:
+            self.console.print(f"[{self.elapsed()}] accuracy: {done}/{total} answers")
+
+    @override
+    def probe_started(self, plan: ProbePlan, index: int, workers: int) -> None:
+        self._probe_t0 = time.monotonic()
+        self.console.print(
+            f"[{self.elapsed()}] probe {index} ({plan.phase}): {plan.rate_rps:.3f} req/s,"
+            f" {plan.warmup_s:g} s warm-up + {plan.window_s:g} s window, {workers} worker(s)"
+        )
+
+    @override
+    def probe_finished(self, record: ProbeRecord) -> None:
+        if self._probe_t0 is not None:
+            self.probe_seconds += time.monotonic() - self._probe_t0
+        verdict = "PASS" if record.slo_pass else "FAIL"
+        bound = " CLIENT-BOUND" if record.client_bound else ""
+        self.console.print(
+            f"[{self.elapsed()}] probe {record.index}: {verdict}{bound}  p99 TTFT"
+            f" {_ms(record.ttft_ms.p99)}/{self.slo.ttft_p99_ms:g} ms, p99 TPOT"
+            f" {_ms(record.tpot_ms.p99)}/{self.slo.tpot_p99_ms:g} ms, goodput"
+            f" {record.goodput_tok_s:,.1f} tok/s, {record.failed} failed"
+        )
+
+
+class JsonProgress(_Base):
+    """One JSON object per event on stderr (``--json-log``)."""
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        payload = {"event": event, "elapsed_s": round(time.monotonic() - self.t0, 3), **fields}
+        sys.stderr.write(json.dumps(payload) + "\n")
+        sys.stderr.flush()
+
+    @override
+    def phase(self, name: str, detail: str = "") -> None:
+        self._emit("phase", phase=name, detail=detail)
+
+    @override
+    def accuracy(self, done: int, total: int) -> None:
+        self._emit("accuracy", done=done, total=total)
+
+    @override
+    def probe_started(self, plan: ProbePlan, index: int, workers: int) -> None:
+        self._emit(
+            "probe_started",
+            index=index,
+            phase=plan.phase,
+            rate_rps=plan.rate_rps,
+            warmup_s=plan.warmup_s,
+            window_s=plan.window_s,
+            workers=workers,
+        )
+
+    @override
+    def probe_finished(self, record: ProbeRecord) -> None:
+        def finite(v: float | None) -> float | None:
+            return None if v is None or v == float("inf") else v
+
+        self._emit(
+            "probe_finished",
+            index=record.index,
+            phase=record.phase,
+            rate_rps=record.rate_rps,
+            slo_pass=record.slo_pass,
+            client_bound=record.client_bound,
+            ttft_p99_ms=finite(record.ttft_ms.p99),
+            tpot_p99_ms=finite(record.tpot_ms.p99),
+            goodput_tok_s=record.goodput_tok_s,
+            failed=record.failed,
+            send_lag_p99_ms=record.send_lag_p99_ms,
+        )
+
+
+class TerminalProgress(_Base):
+    """A live rich display: phase, the probe in progress, finished probes against the SLO."""
+
+    def __init__(self, slo: SloSpec, console: Console) -> None:
+        super().__init__(slo)
+        self.console = console
+        self.status = "starting"
+        self.current: tuple[ProbePlan, int, int] | None = None
+        self.rows: list[ProbeRecord] = []
+        self.live = Live(console=console, refresh_per_second=4, get_renderable=self._render)
+
+    def __enter__(self) -> TerminalProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def _render(self) -> Group:
+        head = Text(f"{self.elapsed()}  {self.status}", style="bold")
+        parts: list[Any] = [head]
+        if self.current is not None and self._probe_t0 is not None:
+            plan, index, workers = self.current
+            spent = time.monotonic() - self._probe_t0
+            planned = plan.warmup_s + plan.window_s
+            left = max(0.0, planned - spent)
+            stage = "warm-up" if spent < plan.warmup_s else "window" if left > 0 else "drain"
+            parts.append(
+                Text(
+                    f"probe {index} ({plan.phase}) at {plan.rate_rps:.3f} req/s, {workers}"
+                    f" worker(s): {stage}, ~{left:.0f} s left (+ drain)"
+                )
+            )
+        table = Table(box=None, header_style="bold")
+        for column in ("#", "phase", "req/s", "p99 TTFT ms", "p99 TPOT ms", "tok/s", "failed", ""):
+            table.add_column(column, justify="right" if column not in ("phase", "") else "left")
+        for r in self.rows[-15:]:
+            ttft_ok = r.ttft_ms.p99 is not None and r.ttft_ms.p99 <= self.slo.ttft_p99_ms
+            tpot_ok = r.tpot_ms.p99 is not None and r.tpot_ms.p99 <= self.slo.tpot_p99_ms
+            table.add_row(
+                str(r.index),
+                r.phase,
+                f"{r.rate_rps:.3f}",
+                Text(_ms(r.ttft_ms.p99), style="green" if ttft_ok else "red"),
+                Text(_ms(r.tpot_ms.p99), style="green" if tpot_ok else "red"),
+                f"{r.goodput_tok_s:,.0f}",
+                str(r.failed),
+                Text(
+                    ("pass" if r.slo_pass else "FAIL")
+                    + (" client-bound" if r.client_bound else ""),
+                    style="green" if r.slo_pass else "red",
+                ),
+            )
+        parts.append(table)
+        parts.append(
+            Text(
+                f"SLO: p99 TTFT <= {self.slo.ttft_p99_ms:g} ms, p99 TPOT <="
+                f" {self.slo.tpot_p99_ms:g} ms · probe time so far {self.probe_seconds:.0f} s",
+                style="dim",
+            )
+        )
+        return Group(*parts)
+
+    @override
+    def phase(self, name: str, detail: str = "") -> None:
+        self.status = f"{name}: {detail}"
+
+    @override
+    def accuracy(self, done: int, total: int) -> None:
+        self.status = f"accuracy: {done}/{total} answers"
+
+    @override
+    def probe_started(self, plan: ProbePlan, index: int, workers: int) -> None:
+        self._probe_t0 = time.monotonic()
+        self.current = (plan, index, workers)
+        self.status = "sweep"
+
+    @override
+    def probe_finished(self, record: ProbeRecord) -> None:
+        if self._probe_t0 is not None:
+            self.probe_seconds += time.monotonic() - self._probe_t0
+        self.current = None
+        self.rows.append(record)
+
+
+async def run_until_signal(work: Awaitable[T]) -> T:
+    """Await ``work``; SIGTERM, like Ctrl-C, cancels it (measure then writes the partial run)."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await work
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Not built yet (issue: `tokenwatt measure`)."""
-    raise NotBuiltError("'tokenwatt measure' is not built yet; nothing was measured or written")
+    """Load the spec, measure, print where the run file is."""
+    spec_path = store.resolve_spec_path(args.spec)
+    spec = store.load_spec(spec_path)
+    opts = MeasureOptions(
+        spec=spec,
+        spec_path=spec_path,
+        spec_arg=args.spec,
+        label=args.label,
+        role=args.role,
+        out=args.out,
+        command=command_line(args),
+        description=args.description,
+        quick=args.quick,
+        no_accuracy=args.no_accuracy,
+    )
+    err = err_console()
+    if args.json_log:
+        result = asyncio.run(run_until_signal(measure(opts, JsonProgress(spec.slo))))
+    elif err.is_terminal:
+        with TerminalProgress(spec.slo, err) as progress:
+            result = asyncio.run(run_until_signal(measure(opts, progress)))
+    else:
+        result = asyncio.run(run_until_signal(measure(opts, LogProgress(spec.slo, err))))
+    out = out_console()
+    outcome = result.outcome
+    out.print(f"wrote {escape(str(args.out))}")
+    if outcome is not None:
+        rate = (
+            f"{outcome.confirmed_rate_rps:.3f} req/s"
+            if outcome.confirmed_rate_rps is not None
+            else "none (no rate met the SLO)"
+        )
+        out.print(
+            f"confirmed rate {rate}; SLO goodput {outcome.goodput_tok_s:,.1f} tok/s;"
+            f" {len(result.probes)} probes, {outcome.probe_seconds:,.0f} probe-seconds"
+            f" ({outcome.search_probe_seconds:,.0f} s searching)"
+        )
+    if result.quick:
+        out.print("[yellow]quick mode: validation only, not for publishing[/yellow]")
+    return 0

@@ -200,6 +200,10 @@ class ConfigResult(StrictModel):
     power_trace: PowerTraceSummary | None = None
     probes: list[ProbePoint] | None = None
     probe_seconds: NonNeg | None = None
+    boundary_gap_pct: NonNeg | None = Field(
+        default=None,
+        description="Sweep resolution: the lowest failing rate above the confirmed one, % above it",
+    )
     measurement: ConfigMeasurement | None = None
     mbu_bytes_per_step: NonNeg | None = None
     mbu_batch_mean: NonNeg | None = None

@@ -1,0 +1,470 @@
+"""Measuring one configuration: pre-flight, accuracy, the sweep, power and MBU, the run file.
+
+This module orchestrates; each concept lives in its own module (load generator, sweep, power,
+energy, MBU, accuracy) and is only called from here. Order of work:
+
+1. **Pre-flight**, before any load: the output path is writable; the simulator is started if
+   the spec asks for it; the endpoint answers and serves ``engine.model``; its version is read
+   and compared with ``engine.version``; the GPU inventory is read; the power source opens.
+   Each failure is one clear message and exit status 2, with nothing written.
+2. **Accuracy** (unless skipped): a broken endpoint is found before the long sweep.
+3. **Sweep** (:mod:`tokenwatt.sweep`): every probe is kept, with its window requests.
+4. **Figures**: power and energy over the confirmed windows, MBU at the confirmed rate.
+
+Ctrl-C stops the load, writes the run file marked incomplete with what was measured, and
+raises :class:`~tokenwatt.errors.Interrupted` (exit 130). Any other failure after the first
+probe also writes the partial run, marked incomplete with the cause, before re-raising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tokenwatt import energy, provenance
+from tokenwatt.accuracy import load_suite, run_accuracy
+from tokenwatt.client.openai import OpenAIClient
+from tokenwatt.errors import EndpointError, InputError, Interrupted, TokenwattError
+from tokenwatt.geometry import ModelGeometry, geometry_for_spec
+from tokenwatt.gpus import preset
+from tokenwatt.inventory import read_inventory
+from tokenwatt.load.probe import LoadGenerator
+from tokenwatt.load.workload import build_workload
+from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
+from tokenwatt.metrics import TableColumn, pooled_latency_stats
+from tokenwatt.power import sampler_for_spec
+from tokenwatt.power.sampler import PowerSampler
+from tokenwatt.schema.base import Role
+from tokenwatt.schema.run import (
+    AccuracyEvidence,
+    Environment,
+    GpuInfo,
+    MbuEvidence,
+    PowerEvidence,
+    ProbeRecord,
+    RunFile,
+    RunOutcome,
+)
+from tokenwatt.schema.spec import AccuracySpec, MeasurementSpec, Spec, SweepSpec
+from tokenwatt.store import filled, resolve_relative, save_run
+from tokenwatt.sweep import ProbePlan, Sweep
+
+__all__ = [
+    "QUICK",
+    "MeasureOptions",
+    "Progress",
+    "QuickLimits",
+    "effective_settings",
+    "measure",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QuickLimits:
+    """What ``--quick`` does to a spec (validation runs only: the figures are coarse).
+
+    Durations and repeats are capped, the search grows by at least ``min_growth`` and bisects
+    at most ``bisect_steps`` times, and accuracy asks at most ``accuracy_limit`` questions. The
+    workload is never changed: a probe still waits for every window request to finish.
+    """
+
+    warmup_s: float = 3.0
+    search_window_s: float = 5.0
+    window_s: float = 10.0
+    repeats: int = 1
+    bisect_steps: int = 1
+    min_growth: float = 1.5
+    accuracy_limit: int = 10
+
+
+QUICK = QuickLimits()
+
+
+class Progress(Protocol):
+    """Where :func:`measure` reports what it is doing (the CLI draws it)."""
+
+    def phase(self, name: str, detail: str = "") -> None:
+        """A new phase starts (pre-flight, accuracy, sweep, figures, writing)."""
+
+    def accuracy(self, done: int, total: int) -> None:
+        """Accuracy answers received so far."""
+
+    def probe_started(self, plan: ProbePlan, index: int, workers: int) -> None:
+        """A probe starts."""
+
+    def probe_finished(self, record: ProbeRecord) -> None:
+        """A probe finished."""
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """What ``tokenwatt measure`` was asked to do."""
+
+    spec: Spec
+    spec_path: Path
+    """The spec file as found (see :func:`tokenwatt.store.resolve_spec_path`)."""
+    spec_arg: str
+    """The spec path as given on the command line (for the reproduce line)."""
+    label: str
+    role: Role
+    out: Path
+    command: str
+    """The command line, shell-quoted, for the reproduce block."""
+    description: str | None = None
+    quick: bool = False
+    no_accuracy: bool = False
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def effective_settings(
+    spec: Spec, *, quick: bool
+) -> tuple[MeasurementSpec, SweepSpec, AccuracySpec | None]:
+    """The durations, sweep and accuracy settings in force (``--quick`` shortens them)."""
+    m, s, a = spec.measurement, spec.sweep, spec.accuracy
+    if not quick:
+        return m, s, a
+    m = m.model_copy(
+        update={
+            "warmup_s": min(m.warmup_s, QUICK.warmup_s),
+            "search_window_s": min(m.search_window_s, QUICK.search_window_s),
+            "window_s": min(m.window_s, QUICK.window_s),
+            "repeats": min(m.repeats, QUICK.repeats),
+        }
+    )
+    s = s.model_copy(
+        update={
+            "bisect_steps": min(s.bisect_steps, QUICK.bisect_steps),
+            "growth": max(s.growth, QUICK.min_growth),
+        }
+    )
+    if a is not None:
+        a = a.model_copy(update={"limit": min(a.limit, QUICK.accuracy_limit)})
+    return m, s, a
+
+
+def _check_writable(out: Path) -> None:
+    """Fail before any load if the run file could not be written."""
+    if out.is_dir():
+        raise InputError(f"{out}: is a folder; --out must name a file")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write here: {exc.strerror or exc}") from None
+
+
+def _sim_gpus(spec: Spec) -> list[GpuInfo]:
+    gpu = preset(spec.engine.sim.gpu if spec.engine.sim else "h100-sxm")
+    count = spec.model.tensor_parallel * spec.model.replicas
+    return [
+        GpuInfo(
+            index=i,
+            name=f"{gpu.name} (simulated)",
+            memory_total_mib=gpu.memory_gb * 1e9 / 2**20,
+            power_limit_w=(spec.engine.sim.power_limit_w if spec.engine.sim else None)
+            or gpu.power_limit_w,
+        )
+        for i in range(count)
+    ]
+
+
+@dataclass
+class _State:
+    """What has been measured so far (written out even when the run is cut short)."""
+
+    started: dt.datetime
+    engine_version: str | None = None
+    engine_version_source: str | None = None
+    driver: str | None = None
+    gpus: list[GpuInfo] = field(default_factory=list)
+    rated: RatedBandwidth | None = None
+    geometry: ModelGeometry | None = None
+    probes: list[ProbeRecord] = field(default_factory=list)
+    probe_ns: list[int] = field(default_factory=list)
+    accuracy: AccuracyEvidence | None = None
+    power: PowerEvidence | None = None
+    mbu: MbuEvidence | None = None
+    outcome: RunOutcome | None = None
+
+
+def _outcome(state: _State, sweep: Sweep) -> RunOutcome:
+    result = sweep.result
+    confirm = [state.probes[i] for i in result.confirm_probes if i < len(state.probes)]
+    passed = [p for p in confirm if p.slo_pass]
+    confirmed = result.confirmed_rate_rps
+    goodputs = [p.goodput_tok_s for p in confirm] if confirmed is not None else []
+    tables = [p.requests for p in confirm if p.requests is not None]
+
+    def pooled(column: TableColumn) -> float | None:
+        p99 = pooled_latency_stats(tables, column).p99 if tables else None
+        return None if p99 is None or math.isinf(p99) else p99
+
+    seconds = [ns / 1e9 for ns in state.probe_ns]
+    search = [
+        s
+        for s, p in zip(seconds, state.probes, strict=True)
+        if p.phase in ("search", "bisect", "rates")
+    ]
+    return RunOutcome(
+        confirmed_rate_rps=confirmed,
+        confirm_probes=list(result.confirm_probes),
+        slo_pass_count=len(passed),
+        goodput_tok_s=sum(goodputs) / len(goodputs) if goodputs else 0.0,
+        repeat_goodputs_tok_s=goodputs,
+        ttft_p99_ms=pooled("ttft_ms"),
+        tpot_p99_ms=pooled("tpot_ms"),
+        probe_seconds=sum(seconds),
+        search_probe_seconds=sum(search),
+    )
+
+
+def _run_file(
+    opts: MeasureOptions,
+    state: _State,
+    effective: MeasurementSpec,
+    *,
+    complete: bool,
+    reason: str | None,
+) -> RunFile:
+    spec = filled(opts.spec)
+    geometry = state.geometry
+    return RunFile(
+        label=opts.label,
+        description=opts.description,
+        role=opts.role,
+        quick=opts.quick,
+        simulated=spec.engine.endpoint == "sim",
+        complete=complete,
+        incomplete_reason=reason,
+        command=opts.command,
+        spec_path=opts.spec_arg,
+        spec=spec,
+        effective=effective,
+        model_shape=geometry.shape if geometry is not None else None,
+        model_geometry_key=geometry.identity if geometry is not None else None,
+        environment=Environment(
+            tokenwatt_version=provenance.tokenwatt_version(),
+            git_commit=provenance.git_commit(),
+            host=provenance.host_name(),
+            platform=provenance.platform_text(),
+            python=provenance.python_version(),
+            engine_version=state.engine_version,
+            engine_version_source=state.engine_version_source,
+            driver=state.driver,
+            gpus=state.gpus,
+            spec_sha256=provenance.sha256_file(opts.spec_path),
+            started_utc=state.started,
+            finished_utc=dt.datetime.now(dt.UTC),
+        ),
+        probes=state.probes,
+        outcome=state.outcome,
+        power=state.power,
+        mbu=state.mbu,
+        accuracy=state.accuracy,
+    )
+
+
+async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | None:
+    """Check the endpoint; return its context length if it reports one."""
+    where = client.base_url
+    try:
+        models = await client.models()
+    except TokenwattError:
+        raise
+    except Exception as exc:
+        raise EndpointError(f"{where}: cannot list models: {exc}") from exc
+    if spec.engine.model not in models:
+        raise EndpointError(
+            f"{where} serves {', '.join(repr(m) for m in models) or 'no model'},"
+            f" not engine.model {spec.engine.model!r}"
+        )
+    version, source = await client.server_version()
+    state.engine_version, state.engine_version_source = version, source
+    expected = spec.engine.version
+    if expected is not None and version is not None and version != expected:
+        raise EndpointError(
+            f"{where} runs {spec.engine.name} {version} ({source}), but the spec"
+            f" says engine.version {expected!r}: fix the spec or the server"
+        )
+    if expected is not None and version is None:
+        logger.warning("engine version not reported (%s); the spec says %s", source, expected)
+    return await client.max_model_len(spec.engine.model)
+
+
+async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
+    """Measure one configuration and write its run file (see the module docstring).
+
+    Raises:
+        InputError: bad spec content found during pre-flight (exit 2).
+        EndpointError: the endpoint cannot be used (exit 2).
+        PowerError: the power source cannot be opened (exit 2).
+        Interrupted: Ctrl-C; the partial run was written (exit 130).
+    """
+    spec = opts.spec
+    eff_m, eff_s, eff_a = effective_settings(spec, quick=opts.quick)
+    if opts.no_accuracy:
+        eff_a = None
+    state = _State(started=dt.datetime.now(dt.UTC))
+    progress.phase("pre-flight", "checking the output path, endpoint, GPUs and power source")
+    _check_writable(opts.out)
+    sim = None
+    sampler: PowerSampler | None = None
+    sweep = Sweep(eff_s, eff_m)
+    started_load = False
+    try:
+        if spec.engine.endpoint == "sim":
+            from tokenwatt.sim.launch import launch_for_spec
+
+            progress.phase("pre-flight", "starting the embedded simulator")
+            sim = await asyncio.to_thread(launch_for_spec, spec, opts.spec_path)
+        state.geometry = geometry_for_spec(spec, opts.spec_path)
+        base_url = sim.base_url if sim is not None else None
+        async with OpenAIClient(
+            spec.engine, base_url=base_url, env=opts.env, request_timeout_s=30.0
+        ) as client:
+            context_tokens = await _preflight(client, spec, state)
+        workload = build_workload(spec, spec_path=opts.spec_path, context_tokens=context_tokens)
+        generator = LoadGenerator(
+            spec.engine,
+            workload,
+            base_url=base_url,
+            env=opts.env,
+            request_timeout_s=float(eff_m.request_timeout_s),
+            max_concurrency=eff_m.max_concurrency,
+            metrics_url=sim.metrics_url if sim is not None else None,
+        )
+        async with generator as gen:
+            if sim is not None:
+                state.gpus = _sim_gpus(spec)
+                state.rated = RatedBandwidth(
+                    preset(spec.engine.sim.gpu if spec.engine.sim else "h100-sxm").mem_bw_tbs,
+                    len(state.gpus),
+                    "GPU-name table (simulated GPU)",
+                )
+            else:
+                inventory = read_inventory(spec.hardware)
+                state.driver, state.gpus = inventory.driver, inventory.gpus
+                if inventory.rated_bw_tbs_per_gpu is not None:
+                    count = spec.model.tensor_parallel * spec.model.replicas
+                    state.rated = RatedBandwidth(
+                        inventory.rated_bw_tbs_per_gpu,
+                        count,
+                        inventory.rated_bw_source or "inventory",
+                    )
+            sampler = sampler_for_spec(
+                spec,
+                default_metrics_url=sim.metrics_url if sim is not None else None,
+                env=opts.env,
+            )
+            sampler.start()
+            if eff_a is not None:
+                progress.phase("accuracy", f"{eff_a.name}: {eff_a.limit} questions x {eff_a.seeds}")
+                suite_path = resolve_relative(opts.spec_path, eff_a.suite)
+                state.accuracy = await run_accuracy(
+                    gen.client,
+                    eff_a,
+                    load_suite(suite_path),
+                    suite_path=eff_a.suite,
+                    meaningful=sim is None,
+                    progress=progress.accuracy,
+                )
+            progress.phase("sweep", "searching the SLO boundary")
+            started_load = True
+            while (plan := sweep.next()) is not None:
+                index = len(state.probes)
+                progress.probe_started(plan, index, gen.workers_for(plan.rate_rps))
+                t0 = time.monotonic_ns()
+                record = await gen.probe(
+                    index=index,
+                    phase=plan.phase,
+                    rate_rps=plan.rate_rps,
+                    warmup_s=plan.warmup_s,
+                    window_s=plan.window_s,
+                    slo=spec.slo,
+                    attempt=plan.attempt,
+                    repeat=plan.repeat,
+                )
+                state.probe_ns.append(time.monotonic_ns() - t0)
+                state.probes.append(record)
+                sweep.record(record.slo_pass)
+                progress.probe_finished(record)
+        progress.phase("figures", "power, energy and MBU over the confirmed windows")
+        _figures(state, sweep, sampler, spec)
+        sampler = None
+        run = _run_file(opts, state, eff_m, complete=True, reason=None)
+        progress.phase("writing", str(opts.out))
+        save_run(run, opts.out)
+        return run
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if not started_load and not state.probes and state.accuracy is None:
+            raise Interrupted("interrupted during pre-flight; nothing was written") from None
+        _finish_partial(
+            opts, state, sweep, sampler, spec, eff_m, "interrupted by the user (Ctrl-C)"
+        )
+        raise Interrupted(
+            f"interrupted: {len(state.probes)} probe(s) measured; {opts.out} written, marked"
+            " incomplete"
+        ) from None
+    except TokenwattError as exc:
+        if state.probes:
+            _finish_partial(opts, state, sweep, sampler, spec, eff_m, f"aborted: {exc}")
+            raise type(exc)(
+                f"{exc} ({opts.out} written with the probes so far, marked incomplete)"
+            ) from exc
+        raise
+    finally:
+        if sampler is not None:
+            with contextlib.suppress(TokenwattError):
+                sampler.stop()
+        if sim is not None:
+            sim.stop()
+
+
+def _figures(state: _State, sweep: Sweep, sampler: PowerSampler | None, spec: Spec) -> None:
+    """Outcome, power/energy and MBU from what was measured (stops the sampler)."""
+    state.outcome = _outcome(state, sweep)
+    confirm = [state.probes[i] for i in state.outcome.confirm_probes]
+    accepted = confirm if state.outcome.confirmed_rate_rps is not None else []
+    if sampler is not None:
+        evidence = sampler.stop()
+        windows, tokens = energy.confirmed_windows(accepted)
+        state.power = energy.apply_window_figures(evidence, windows, output_tokens=tokens)
+    if accepted and state.geometry is not None and state.rated is not None:
+        state.mbu = estimate_mbu_for_probes(
+            accepted,
+            geometry=state.geometry,
+            bandwidth=state.rated,
+            replicas=spec.model.replicas,
+            tensor_parallel=spec.model.tensor_parallel,
+        )
+
+
+def _finish_partial(
+    opts: MeasureOptions,
+    state: _State,
+    sweep: Sweep,
+    sampler: PowerSampler | None,
+    spec: Spec,
+    effective: MeasurementSpec,
+    reason: str,
+) -> None:
+    """Write what was measured, marked incomplete (atomic: the old file or the new one)."""
+    try:
+        _figures(state, sweep, sampler, spec)
+    except TokenwattError as exc:
+        logger.warning("figures of the partial run could not be computed: %s", exc)
+    run = _run_file(opts, state, effective, complete=False, reason=reason)
+    save_run(run, opts.out)
