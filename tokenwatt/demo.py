@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,13 +55,13 @@ class DemoPaths:
     site_dir: Path = Path("public")
     result_id: str = "demo-sim-tuned-vs-default-kernels"
 
-    def check(self) -> None:
+    def check(self, runs: Sequence[DemoRun] = DEMO_RUNS) -> None:
         """The demo needs the repository's specs and site configuration.
 
         Raises:
             InputError: naming what is missing and where to run the demo from.
         """
-        needed = [Path(r.spec) for r in DEMO_RUNS] + [Path("mkdocs.yml")]
+        needed = [Path(r.spec) for r in runs] + [Path("mkdocs.yml")]
         missing = [str(p) for p in needed if not (self.root / p).is_file()]
         if missing:
             raise InputError(
@@ -76,13 +77,19 @@ def _command(run: DemoRun, out: Path) -> str:
     )
 
 
-async def run_demo(paths: DemoPaths, progress: Progress) -> tuple[ResultFile, Path]:
-    """Measure the three runs, write the report; return the result and its path."""
-    paths.check()
+async def run_demo(
+    paths: DemoPaths, progress: Progress, *, runs: Sequence[DemoRun] = DEMO_RUNS
+) -> tuple[ResultFile, Path]:
+    """Measure the runs (baseline, tuned, baseline again), write the report.
+
+    Returns:
+        The result and the path it was written to.
+    """
+    paths.check(runs)
     loaded: list[LoadedRun] = []
-    for number, demo in enumerate(DEMO_RUNS, start=1):
+    for number, demo in enumerate(runs, start=1):
         out = paths.runs_dir / f"{demo.label}.json"
-        progress.phase(f"run {number}/{len(DEMO_RUNS)}", f"{demo.description} ({demo.role})")
+        progress.phase(f"run {number}/{len(runs)}", f"{demo.description} ({demo.role})")
         spec_path = paths.root / demo.spec
         run = await measure(
             MeasureOptions(
