@@ -12,8 +12,11 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -99,3 +102,34 @@ def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
             last = exc
         time.sleep(0.3)
     raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s ({last})")
+
+
+@contextlib.contextmanager
+def serve_text(page: Callable[[], str]) -> Iterator[str]:
+    """A plain HTTP server on 127.0.0.1 answering every GET with ``page()``; yields its URL.
+
+    For pages no real peer serves on demand (a /metrics page out of format, a scripted
+    sequence of values); the server is the standard library's, over a real socket.
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

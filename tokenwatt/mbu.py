@@ -23,7 +23,6 @@ import asyncio
 import bisect
 import logging
 import math
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,18 +31,15 @@ import httpx
 
 from tokenwatt.geometry import ModelGeometry, expected_unique_experts
 from tokenwatt.gpus import preset, preset_for_device_name, rated_bandwidth_from_clocks_tbs
+from tokenwatt.load.engine_metrics import parse_engine_metrics
 from tokenwatt.schema.run import GpuInfo, MbuEvidence, ProbeRecord
 
 __all__ = [
-    "EngineMetrics",
     "EngineMetricsSampler",
-    "PromSample",
     "RatedBandwidth",
     "estimate_mbu",
     "estimate_mbu_for_probes",
     "littles_law_batch",
-    "parse_engine_metrics",
-    "parse_prometheus_text",
     "rated_bandwidth",
     "step_weighted_context",
 ]
@@ -115,96 +111,7 @@ def rated_bandwidth(
 
 
 # --------------------------------------------------------------------------------------------
-# Prometheus text
-
-
-@dataclass(frozen=True)
-class PromSample:
-    """One sample line of the Prometheus text format."""
-
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
-def _unescape(value: str) -> str:
-    return re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], value)
-
-
-def parse_prometheus_text(text: str) -> list[PromSample]:
-    """Parse the sample lines of a Prometheus text exposition (comments skipped).
-
-    Lines that do not parse are skipped with a debug log: a scrape should not fail because an
-    exporter added a series in a form this parser does not know.
-    """
-    out: list[PromSample] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if m is None:
-            logger.debug("unparsed metrics line: %s", line[:200])
-            continue
-        name, label_text, raw = m.groups()
-        labels: dict[str, str] = {}
-        if label_text:
-            for lm in _LABEL.finditer(label_text):
-                labels[lm.group(1)] = _unescape(lm.group(2))
-        try:
-            value = float(raw)
-        except ValueError:
-            logger.debug("non-numeric metrics value: %s", line[:200])
-            continue
-        out.append(PromSample(name, labels, value))
-    return out
-
-
-@dataclass(frozen=True)
-class EngineMetrics:
-    """What tokenwatt reads from an engine's ``/metrics`` (vLLM names), summed over engines."""
-
-    running: float | None
-    waiting: float | None
-    kv_cache_usage: float | None
-    """Fraction of the KV cache in use (0..1)."""
-    kv_cache_memory_bytes: float | None
-    """Bytes of KV cache the engine allocated (``vllm:cache_config_info``)."""
-    prompt_tokens_total: float | None
-    generation_tokens_total: float | None
-
-
-def parse_engine_metrics(text: str) -> EngineMetrics:
-    """Read the running/waiting gauges, KV usage and token counters from vLLM-named metrics."""
-    sums: dict[str, float] = {}
-    kv_usage: list[float] = []
-    kv_mem: float | None = None
-    for s in parse_prometheus_text(text):
-        if s.name in (
-            "vllm:num_requests_running",
-            "vllm:num_requests_waiting",
-            "vllm:prompt_tokens_total",
-            "vllm:generation_tokens_total",
-        ):
-            sums[s.name] = sums.get(s.name, 0.0) + s.value
-        elif s.name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
-            kv_usage.append(s.value)
-        elif s.name == "vllm:cache_config_info":
-            raw = s.labels.get("kv_cache_memory_bytes")
-            if raw is not None and raw.replace(".", "", 1).isdigit():
-                kv_mem = (kv_mem or 0.0) + float(raw)
-    return EngineMetrics(
-        running=sums.get("vllm:num_requests_running"),
-        waiting=sums.get("vllm:num_requests_waiting"),
-        kv_cache_usage=sum(kv_usage) / len(kv_usage) if kv_usage else None,
-        kv_cache_memory_bytes=kv_mem,
-        prompt_tokens_total=sums.get("vllm:prompt_tokens_total"),
-        generation_tokens_total=sums.get("vllm:generation_tokens_total"),
-    )
+# Running batch from the engine's /metrics
 
 
 @dataclass(frozen=True)
@@ -244,7 +151,12 @@ class EngineMetricsSampler:
             self.failures += 1
             logger.debug("metrics scrape of %s failed: %s", self.url, exc)
             return None
-        running = parse_engine_metrics(resp.text).running
+        try:
+            running = parse_engine_metrics(resp.text).running
+        except ValueError as exc:
+            self.failures += 1
+            logger.debug("metrics page of %s unreadable: %s", self.url, exc)
+            return None
         if running is None:
             return None
         self._t.append(t_ns)

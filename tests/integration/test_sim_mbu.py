@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tokenwatt import promtext
 from tokenwatt.geometry import load_geometry
 from tokenwatt.mbu import (
     EngineMetricsSampler,
     estimate_mbu,
-    parse_prometheus_text,
     rated_bandwidth,
     step_weighted_context,
 )
@@ -59,7 +59,7 @@ async def scrape(client: httpx.AsyncClient, url: str, at: float) -> tuple[float,
 
 
 def counters(text: str) -> dict[str, float]:
-    return {s.name: s.value for s in parse_prometheus_text(text) if not s.labels}
+    return {s.name: s.value for s in promtext.parse(text) if not s.labels}
 
 
 def lag_max_s(before: str, after: str) -> float:
@@ -68,7 +68,7 @@ def lag_max_s(before: str, after: str) -> float:
     def buckets(text: str) -> list[tuple[float, float]]:
         return [
             (float(s.labels["le"]), s.value)
-            for s in parse_prometheus_text(text)
+            for s in promtext.parse(text)
             if s.name == "tokenwatt_sim_scheduling_lag_seconds_bucket"
         ]
 
@@ -133,8 +133,7 @@ def measure_once(sim_url: str, metrics_url: str, model: str, geometry, seed: int
     dt = tb - ta
     name = "vllm:generation_tokens_total"
     tokens = [
-        sum(s.value for s in parse_prometheus_text(text) if s.name == name)
-        for text in (a_text, b_text)
+        sum(s.value for s in promtext.parse(text) if s.name == name) for text in (a_text, b_text)
     ]
     if batch is None:  # the sampler could not scrape often enough: the machine is starved
         return None, {"reason": "fewer than 5 running-batch samples in the window"}, False

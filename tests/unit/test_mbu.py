@@ -15,8 +15,6 @@ from tokenwatt.mbu import (
     estimate_mbu,
     estimate_mbu_for_probes,
     littles_law_batch,
-    parse_engine_metrics,
-    parse_prometheus_text,
     rated_bandwidth,
     step_weighted_context,
 )
@@ -155,58 +153,6 @@ def test_rated_bandwidth_priority():
     assert "table" in table.source
     assert rated_bandwidth(gpu_count=1, preset_key="h200") is not None
     assert rated_bandwidth(gpu_count=1, gpus=[GpuInfo(index=0, name="Mystery GPU")]) is None
-
-
-def test_parse_prometheus_text_shapes():
-    text = "\n".join(
-        [
-            "# HELP x a metric",
-            "# TYPE x gauge",
-            'DCGM_FI_DEV_POWER_USAGE{Hostname="sim",UUID="GPU-0",gpu="0",modelName="H100"} 412.5',
-            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"} 1.23456789e+08',
-            'weird{a="x,y",b="say \\"hi\\"",c="back\\\\slash"} 3 1700000000000',
-            "plain 7",
-            "not a metric line",
-            'bad_value{a="1"} abc',
-            'vllm:num_requests_running{engine="0",model_name="m"} 5.0',
-        ]
-    )
-    samples = parse_prometheus_text(text)
-    names = [s.name for s in samples]
-    assert names == [
-        "DCGM_FI_DEV_POWER_USAGE",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "weird",
-        "plain",
-        "vllm:num_requests_running",
-    ]
-    assert samples[0].labels["UUID"] == "GPU-0"
-    assert samples[0].value == 412.5
-    assert samples[1].value == 123456789.0
-    assert samples[2].labels == {"a": "x,y", "b": 'say "hi"', "c": "back\\slash"}
-    assert samples[2].value == 3.0
-
-
-def test_parse_engine_metrics_sums_engines():
-    text = "\n".join(
-        [
-            'vllm:num_requests_running{engine="0",model_name="m"} 5',
-            'vllm:num_requests_running{engine="1",model_name="m"} 7',
-            'vllm:num_requests_waiting{engine="0",model_name="m"} 2',
-            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
-            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
-            'vllm:generation_tokens_total{engine="0",model_name="m"} 100',
-            'vllm:cache_config_info{block_size="16",kv_cache_memory_bytes="1000"} 1',
-        ]
-    )
-    m = parse_engine_metrics(text)
-    assert m.running == 12
-    assert m.waiting == 2
-    assert m.kv_cache_usage == 0.5
-    assert m.generation_tokens_total == 100
-    assert m.prompt_tokens_total is None
-    assert m.kv_cache_memory_bytes == 1000.0
-    assert parse_engine_metrics("").running is None
 
 
 def _probe_with_requests(index: int, *, batch: float | None):

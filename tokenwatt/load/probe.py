@@ -40,7 +40,6 @@ import datetime as dt
 import logging
 import math
 import os
-import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -51,6 +50,7 @@ from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.errors import EndpointError
 from tokenwatt.load._shard import DEFAULT_SPIN_S, ProbePlan, Shard
 from tokenwatt.load._workers import WorkerInit, WorkerPool
+from tokenwatt.load.engine_metrics import RUNNING_GAUGE, parse_engine_metrics
 from tokenwatt.load.record import build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
@@ -63,7 +63,6 @@ __all__ = [
     "build_probe_record",
     "plan_workers",
     "run_probe",
-    "scrape_gauge",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,7 +75,6 @@ EVENTS_PER_WORKER = 30_000.0
 
 _START_LEAD_S = 0.2
 _METRICS_PERIOD_S = 0.25
-_RUNNING_GAUGE = "vllm:num_requests_running"
 _NS = 1e9
 
 
@@ -102,16 +100,6 @@ def plan_workers(
 # Engine metrics
 
 
-def scrape_gauge(text: str, name: str) -> float | None:
-    """Sum of a Prometheus gauge over its label sets in an exposition text (None if absent)."""
-    pattern = re.compile(
-        rf"^{re.escape(name)}(?:\{{[^}}]*\}})?[ \t]+([-+0-9.eE]+|NaN|[+-]Inf)", re.MULTILINE
-    )
-    values = [float(v) for v in pattern.findall(text)]
-    values = [v for v in values if math.isfinite(v)]
-    return sum(values) if values else None
-
-
 async def _sample_running(
     url: str, start_ns: int, end_ns: int, samples: list[float], errors: list[str]
 ) -> None:
@@ -128,11 +116,15 @@ async def _sample_running(
             except httpx.HTTPError as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
             else:
-                value = scrape_gauge(response.text, _RUNNING_GAUGE)
-                if value is None:
-                    errors.append(f"{_RUNNING_GAUGE} not found in {url}")
-                elif time.monotonic_ns() < end_ns:
-                    samples.append(value)
+                try:
+                    value = parse_engine_metrics(response.text).running
+                except ValueError as exc:
+                    errors.append(f"{url} is not in the Prometheus text format: {exc}")
+                else:
+                    if value is None:
+                        errors.append(f"{RUNNING_GAUGE} not found in {url}")
+                    elif time.monotonic_ns() < end_ns:
+                        samples.append(value)
             next_ns = t_ns + int(_METRICS_PERIOD_S * _NS)
             await asyncio.sleep(max(0.0, (min(next_ns, end_ns) - time.monotonic_ns()) / _NS))
 
@@ -448,7 +440,7 @@ class LoadGenerator:
             if errors and not samples:
                 logger.warning(
                     "no %s samples from %s (%s): running batch from Little's law instead",
-                    _RUNNING_GAUGE,
+                    RUNNING_GAUGE,
                     self.metrics_url,
                     errors[0],
                 )
