@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
-from tokenwatt.mbu import RatedBandwidth, estimate_mbu, littles_law_batch, step_weighted_context
+from tokenwatt.mbu import RatedBandwidth, estimate_mbu, step_weighted_context
+from tokenwatt.metrics import littles_law_batch
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.offline import Arrival, simulate
@@ -89,8 +90,6 @@ def probe(cfg: EngineConfig, rate: float, window_s: float, seed: int) -> Probe:
     window = [(a, ts) for a, ts in run.requests if w0 <= a.t_s < w1]
     ttft: list[float] = []
     tpot: list[float] = []
-    e2e: list[float | None] = []
-    first: list[float | None] = []
     tokens = 0
     failed = 0
     ins: list[int] = []
@@ -104,14 +103,14 @@ def probe(cfg: EngineConfig, rate: float, window_s: float, seed: int) -> Probe:
         tokens += len(ts)
         ttft.append(ts[0] - a.t_s)
         tpot.append((ts[-1] - ts[0]) / (len(ts) - 1) if len(ts) > 1 else 0.0)
-        first.append((ts[0] - a.t_s) * 1000)
-        e2e.append((ts[-1] - a.t_s) * 1000)
         ins.append(a.prompt_tokens)
         outs.append(a.output_tokens)
     s0, s1 = run.snapshots
     dt = s1.t_s - s0.t_s
     g = cfg.geometry
-    batch_est = littles_law_batch(first, e2e, window_s=window_s)
+    # As a probe does without /metrics: every request's first-to-last token, clipped to the window.
+    decode_ns = [(round(ts[0] * 1e9), round(ts[-1] * 1e9)) for _, ts in run.requests if ts]
+    batch_est = littles_law_batch(decode_ns, round(w0 * 1e9), round(w1 * 1e9))
     mbu = estimate_mbu(
         geometry=g,
         output_tok_s=tokens / window_s,

@@ -6,12 +6,12 @@ DESIGN.md, "MBU". For ``B`` running sequences (the mean running batch)::
     steps/s    = output tok/s ÷ B
     MBU        = bytes/step × steps/s ÷ rated bandwidth
 
-``B`` comes from the engine's Prometheus ``/metrics`` (``vllm:num_requests_running`` sampled over
-the window) when it has one, else from Little's law over the window's requests (each request is
-in the running batch from its first token to its last: ``B = Σ(e2e − TTFT) ÷ window``). The KV
-term uses the mean context a running sequence holds, weighted by decode steps, computed from the
-requests' input and output token counts. Geometry (weights, experts, KV per token) comes from
-:mod:`tokenwatt.geometry`, the module the simulator uses for its own ground truth.
+``B`` is the probes' mean running batch as :mod:`tokenwatt.metrics` defines it (the engine's
+``vllm:num_requests_running`` over the window, else Little's law), averaged over the
+confirmation repeats; the evidence says which. The KV term uses the mean context a running
+sequence holds, weighted by decode steps, computed from the requests' input and output token
+counts. Geometry (weights, experts, KV per token) comes from :mod:`tokenwatt.geometry`, the
+module the simulator uses for its own ground truth.
 
 Rated bandwidth: the spec's value, else NVML's max memory clock × bus width, else the GPU-name
 table of :mod:`tokenwatt.gpus`; the evidence records which.
@@ -19,27 +19,19 @@ table of :mod:`tokenwatt.gpus`; the evidence records which.
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import logging
 import math
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import httpx
-
 from tokenwatt.geometry import ModelGeometry, expected_unique_experts
 from tokenwatt.gpus import preset, preset_for_device_name, rated_bandwidth_from_clocks_tbs
-from tokenwatt.load.engine_metrics import parse_engine_metrics
 from tokenwatt.schema.run import GpuInfo, MbuEvidence, ProbeRecord
 
 __all__ = [
-    "EngineMetricsSampler",
     "RatedBandwidth",
     "estimate_mbu",
     "estimate_mbu_for_probes",
-    "littles_law_batch",
     "rated_bandwidth",
     "step_weighted_context",
 ]
@@ -111,98 +103,7 @@ def rated_bandwidth(
 
 
 # --------------------------------------------------------------------------------------------
-# Running batch from the engine's /metrics
-
-
-@dataclass(frozen=True)
-class _Sample:
-    t_ns: int
-    running: float
-
-
-class EngineMetricsSampler:
-    """Samples an engine's running batch from ``/metrics`` on the load generator's clock.
-
-    Run :meth:`run` as a task for the whole measurement; :meth:`mean_running` then gives the
-    mean running batch between two ``time.monotonic_ns()`` instants. A failed scrape is logged
-    and skipped: the window's mean needs :attr:`min_samples` readings or it is ``None`` (the
-    caller falls back to Little's law).
-    """
-
-    min_samples = 5
-
-    def __init__(
-        self, url: str, *, interval_s: float = 0.25, client: httpx.AsyncClient | None = None
-    ) -> None:
-        self.url = url
-        self.interval_s = interval_s
-        self._client = client
-        self._t: list[int] = []
-        self._running: list[float] = []
-        self.failures = 0
-
-    async def sample_once(self, client: httpx.AsyncClient) -> float | None:
-        """Scrape once and record the running count; None if the scrape failed."""
-        t_ns = time.monotonic_ns()
-        try:
-            resp = await client.get(self.url, timeout=max(1.0, self.interval_s * 4))
-            resp.raise_for_status()
-        except httpx.HTTPError as exc:
-            self.failures += 1
-            logger.debug("metrics scrape of %s failed: %s", self.url, exc)
-            return None
-        try:
-            running = parse_engine_metrics(resp.text).running
-        except ValueError as exc:
-            self.failures += 1
-            logger.debug("metrics page of %s unreadable: %s", self.url, exc)
-            return None
-        if running is None:
-            return None
-        self._t.append(t_ns)
-        self._running.append(running)
-        return running
-
-    async def run(self) -> None:
-        """Scrape every ``interval_s`` until cancelled."""
-        own = self._client is None
-        client = self._client or httpx.AsyncClient()
-        try:
-            next_t = time.monotonic()
-            while True:
-                await self.sample_once(client)
-                next_t += self.interval_s
-                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
-        finally:
-            if own:
-                await client.aclose()
-
-    def mean_running(self, start_ns: int, end_ns: int) -> float | None:
-        """Mean of the running-batch samples taken in ``[start_ns, end_ns)``."""
-        lo = bisect.bisect_left(self._t, start_ns)
-        hi = bisect.bisect_left(self._t, end_ns)
-        values = self._running[lo:hi]
-        if len(values) < self.min_samples:
-            return None
-        return math.fsum(values) / len(values)
-
-
-# --------------------------------------------------------------------------------------------
-# Batch and context from the requests
-
-
-def littles_law_batch(
-    ttft_ms: Iterable[float | None], e2e_ms: Iterable[float | None], *, window_s: float
-) -> float:
-    """Mean running batch by Little's law: Σ (e2e − TTFT) over the requests ÷ window.
-
-    A request decodes from its first token to its last, so its decode time is e2e − TTFT;
-    failed requests (no timings) are left out.
-    """
-    total_ms = math.fsum(
-        e - t for t, e in zip(ttft_ms, e2e_ms, strict=True) if t is not None and e is not None
-    )
-    return total_ms / 1000.0 / window_s if window_s > 0 else 0.0
+# Context from the requests
 
 
 def step_weighted_context(input_tokens: Iterable[int], output_tokens: Iterable[int]) -> float:
@@ -278,8 +179,8 @@ def estimate_mbu(
         )
     else:
         assumptions.append(
-            "B: Little's law, sum of (e2e - TTFT) of the window's successful requests"
-            " / window length"
+            "B: Little's law, the time-average number of requests between their first and"
+            " last token inside the window"
         )
     assumptions.append("steps/s = output tok/s / B (every running sequence emits one token a step)")
     assumptions.append(
@@ -345,9 +246,10 @@ def estimate_mbu_for_probes(
     """MBU over some probes (the confirmation repeats), pooling their windows.
 
     Output tok/s = their output tokens ÷ their window time. ``B`` is the mean of the probes'
-    ``running_batch_mean`` when every probe has one from the engine's metrics, else Little's
-    law over their requests. Returns None when the probes carry no request table (nothing to
-    compute the context from) or produced no tokens.
+    own ``running_batch_mean``: from the engine's metrics when every probe has it from there,
+    else ``littles_law`` (a probe whose scrapes all failed fell back to it; the assumptions
+    then say how many did). Returns None when a probe carries no request table (nothing to
+    compute the context from) or no running batch, or the probes produced no tokens.
     """
     if not probes or any(p.requests is None for p in probes):
         return None
@@ -357,33 +259,34 @@ def estimate_mbu_for_probes(
         return None
     n_in: list[int] = []
     n_out: list[int] = []
-    ttft: list[float | None] = []
-    e2e: list[float | None] = []
+    batches: list[float] = []
     for p in probes:
         assert p.requests is not None
+        if p.running_batch_mean is None or p.batch_source is None:
+            return None
+        batches.append(p.running_batch_mean)
         for i, status in enumerate(p.requests.status):
-            if status != "ok":
-                continue
-            n_in.append(p.requests.input_tokens[i])
-            n_out.append(p.requests.output_tokens[i])
-            ttft.append(p.requests.ttft_ms[i])
-            e2e.append(p.requests.e2e_ms[i])
-    context = step_weighted_context(n_in, n_out)
-    if all(p.batch_source == "metrics" and p.running_batch_mean is not None for p in probes):
-        batch = math.fsum(p.running_batch_mean or 0.0 for p in probes) / len(probes)
-        source = "metrics"
-    else:
-        batch = littles_law_batch(ttft, e2e, window_s=window_s)
-        source = "littles_law"
+            if status == "ok":
+                n_in.append(p.requests.input_tokens[i])
+                n_out.append(p.requests.output_tokens[i])
+    batch = math.fsum(batches) / len(batches)
     if batch <= 0:
         return None
+    from_metrics = sum(1 for p in probes if p.batch_source == "metrics")
+    extra: list[str] = []
+    if 0 < from_metrics < len(probes):
+        extra.append(
+            f"B: mean over {len(probes)} probes, {from_metrics} of them from the engine's"
+            " metrics, the others by Little's law (no metrics sample in their window)"
+        )
     return estimate_mbu(
         geometry=geometry,
         output_tok_s=tokens / window_s,
         batch_mean=batch,
-        batch_source=source,
-        mean_context_tokens=context,
+        batch_source="metrics" if from_metrics == len(probes) else "littles_law",
+        mean_context_tokens=step_weighted_context(n_in, n_out),
         bandwidth=bandwidth,
         replicas=replicas,
         tensor_parallel=tensor_parallel,
+        extra_assumptions=extra,
     )

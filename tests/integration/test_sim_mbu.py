@@ -21,8 +21,8 @@ import pytest
 
 from tokenwatt import promtext
 from tokenwatt.geometry import load_geometry
+from tokenwatt.load.engine_metrics import sample_running_batch
 from tokenwatt.mbu import (
-    EngineMetricsSampler,
     estimate_mbu,
     rated_bandwidth,
     step_weighted_context,
@@ -36,6 +36,7 @@ PROMPT, OUTPUT = 1024, 256
 
 
 MAX_ATTEMPTS = 3
+MIN_BATCH_SAMPLES = 5
 
 
 async def one_request(
@@ -85,9 +86,19 @@ async def drive(sim_url: str, metrics_url: str, model: str, seed: int):
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
     async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-        sampler = EngineMetricsSampler(metrics_url, interval_s=0.2, client=client)
-        sampling = asyncio.create_task(sampler.run())
         t0 = time.monotonic()
+        # The sampler the probe uses (tokenwatt.load.probe), over the window.
+        running: list[float] = []
+        errors: list[str] = []
+        sampling = asyncio.create_task(
+            sample_running_batch(
+                metrics_url,
+                int((t0 + WINDOW[0]) * 1e9),
+                int((t0 + WINDOW[1]) * 1e9),
+                running,
+                errors,
+            )
+        )
         truth = [
             asyncio.create_task(scrape(client, metrics_url, t0 + WINDOW[0])),
             asyncio.create_task(scrape(client, metrics_url, t0 + WINDOW[1])),
@@ -117,8 +128,8 @@ async def drive(sim_url: str, metrics_url: str, model: str, seed: int):
             send_lag.append(time.monotonic() - (t0 + t))
         await asyncio.gather(*tasks)
         (ta, a), (tb, b) = await asyncio.gather(*truth)
-        sampling.cancel()
-        batch = sampler.mean_running(int((t0 + WINDOW[0]) * 1e9), int((t0 + WINDOW[1]) * 1e9))
+        await sampling
+    batch = sum(running) / len(running) if len(running) >= MIN_BATCH_SAMPLES else None
     send_lag.sort()
     return t0, token_times, (ta, a), (tb, b), batch, send_lag[int(0.99 * (len(send_lag) - 1))]
 
@@ -136,7 +147,8 @@ def measure_once(sim_url: str, metrics_url: str, model: str, geometry, seed: int
         sum(s.value for s in promtext.parse(text) if s.name == name) for text in (a_text, b_text)
     ]
     if batch is None:  # the sampler could not scrape often enough: the machine is starved
-        return None, {"reason": "fewer than 5 running-batch samples in the window"}, False
+        reason = f"fewer than {MIN_BATCH_SAMPLES} running-batch samples in the window"
+        return None, {"reason": reason}, False
     bandwidth = rated_bandwidth(gpu_count=1, preset_key="h100-sxm")
     assert bandwidth is not None
     n = len(token_times)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import httpx
 import pytest
 
 from tests import factories
 from tokenwatt.geometry import geometry_from_config
 from tokenwatt.mbu import (
-    EngineMetricsSampler,
     RatedBandwidth,
     estimate_mbu,
     estimate_mbu_for_probes,
-    littles_law_batch,
     rated_bandwidth,
     step_weighted_context,
 )
@@ -117,14 +112,6 @@ def test_mbu_replicas_and_tensor_parallel():
     assert tp4.kv_bytes_per_step == pytest.approx(2 * one.kv_bytes_per_step)
 
 
-def test_littles_law_batch_hand_values():
-    # decode times 0.9 s, 1.8 s and a failed request, over a 2 s window: B = 2.7 / 2
-    assert littles_law_batch([100.0, 200.0, None], [1000.0, 2000.0, None], window_s=2.0) == (
-        pytest.approx(1.35)
-    )
-    assert littles_law_batch([], [], window_s=0.0) == 0.0
-
-
 def test_step_weighted_context_hand_values():
     # in=10,out=3: decode steps attend 11, 12 -> (2*10 + 2*3/2) = 23 over 2 steps
     # in=100,out=1: no decode step
@@ -155,7 +142,7 @@ def test_rated_bandwidth_priority():
     assert rated_bandwidth(gpu_count=1, gpus=[GpuInfo(index=0, name="Mystery GPU")]) is None
 
 
-def _probe_with_requests(index: int, *, batch: float | None):
+def _probe_with_requests(index: int, *, batch: float | None, source: str | None = "metrics"):
     n = 4
     table = RequestTable(
         t_sched_s=[0.0] * n,
@@ -175,11 +162,11 @@ def _probe_with_requests(index: int, *, batch: float | None):
         output_tokens=1004,
         requests=table,
         running_batch_mean=batch,
-        batch_source="metrics" if batch is not None else None,
+        batch_source=source if batch is not None else None,
     )
 
 
-def test_estimate_for_probes_prefers_metrics_batch():
+def test_estimate_for_probes_uses_the_probes_running_batch():
     g = geometry_from_config(TINY)
     bw = RatedBandwidth(0.001, 1, "t")
     with_metrics = estimate_mbu_for_probes(
@@ -192,31 +179,35 @@ def test_estimate_for_probes_prefers_metrics_batch():
     assert with_metrics.batch_mean == 4.0
     assert with_metrics.output_tok_s == pytest.approx(2008 / 20)
     assert with_metrics.mean_context_tokens == pytest.approx(1000 + 251 / 2)
+    # Little's law as the probe computed it (tokenwatt.metrics.littles_law_batch), pooled.
+    by_law = estimate_mbu_for_probes(
+        [
+            _probe_with_requests(0, batch=1.0, source="littles_law"),
+            _probe_with_requests(1, batch=2.0, source="littles_law"),
+        ],
+        geometry=g,
+        bandwidth=bw,
+    )
+    assert by_law is not None
+    assert by_law.batch_source == "littles_law"
+    assert by_law.batch_mean == pytest.approx(1.5)
+    assert any("Little's law" in a for a in by_law.assumptions)
+    # One probe's metrics scrapes failed: the pooled figure is not labelled as metrics.
     mixed = estimate_mbu_for_probes(
-        [_probe_with_requests(0, batch=3.0), _probe_with_requests(1, batch=None)],
+        [
+            _probe_with_requests(0, batch=3.0),
+            _probe_with_requests(1, batch=1.0, source="littles_law"),
+        ],
         geometry=g,
         bandwidth=bw,
     )
     assert mixed is not None
     assert mixed.batch_source == "littles_law"
-    # 8 requests x 2.5 s of decoding over 20 s of windows
-    assert mixed.batch_mean == pytest.approx(1.0)
+    assert mixed.batch_mean == pytest.approx(2.0)
+    assert any("1 of them from the engine's metrics" in a for a in mixed.assumptions)
+    # No request table, or no running batch: nothing to estimate from.
     assert estimate_mbu_for_probes([factories.probe(0)], geometry=g, bandwidth=bw) is None
-
-
-def test_sampler_mean_over_window():
-    values = iter([3.0, 5.0, 7.0, 9.0, 11.0, 13.0])
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, text=f'vllm:num_requests_running{{engine="0"}} {next(values)}')
-
-    async def go() -> EngineMetricsSampler:
-        sampler = EngineMetricsSampler("http://sim/metrics", interval_s=0.0)
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            for _ in range(6):
-                await sampler.sample_once(client)
-        return sampler
-
-    sampler = asyncio.run(go())
-    assert sampler.mean_running(0, 2**63) == pytest.approx(8.0)
-    assert sampler.mean_running(0, 1) is None  # fewer than min_samples inside
+    assert (
+        estimate_mbu_for_probes([_probe_with_requests(0, batch=None)], geometry=g, bandwidth=bw)
+        is None
+    )
