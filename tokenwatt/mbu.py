@@ -13,8 +13,8 @@ sequence holds, weighted by decode steps, computed from the requests' input and 
 counts. Geometry (weights, experts, KV per token) comes from :mod:`tokenwatt.geometry`, the
 module the simulator uses for its own ground truth.
 
-Rated bandwidth: the spec's value, else NVML's max memory clock × bus width, else the GPU-name
-table of :mod:`tokenwatt.gpus`; the evidence records which.
+Rated bandwidth: as :func:`tokenwatt.gpus.rated_bandwidth` resolves it (the spec's value, else
+the GPU-name table, else NVML clocks); the evidence records which.
 """
 
 from __future__ import annotations
@@ -22,84 +22,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from tokenwatt.geometry import ModelGeometry, expected_unique_experts
-from tokenwatt.gpus import preset, preset_for_device_name, rated_bandwidth_from_clocks_tbs
-from tokenwatt.schema.run import GpuInfo, MbuEvidence, ProbeRecord
+from tokenwatt.gpus import RatedBandwidth
+from tokenwatt.schema.run import MbuEvidence, ProbeRecord
 
 __all__ = [
     "RatedBandwidth",
     "estimate_mbu",
     "estimate_mbu_for_probes",
-    "rated_bandwidth",
     "step_weighted_context",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------------------------
-# Rated bandwidth
-
-
-@dataclass(frozen=True)
-class RatedBandwidth:
-    """Rated memory bandwidth of the GPUs serving the model."""
-
-    per_gpu_tbs: float
-    gpus: int
-    source: str
-    """Where the figure comes from, in words (spec, NVML clocks, or the GPU-name table)."""
-
-    @property
-    def total_tbs(self) -> float:
-        """All GPUs together, TB/s."""
-        return self.per_gpu_tbs * self.gpus
-
-
-def rated_bandwidth(
-    *,
-    gpu_count: int,
-    spec_tbs_per_gpu: float | None = None,
-    gpus: Sequence[GpuInfo] = (),
-    preset_key: str | None = None,
-) -> RatedBandwidth | None:
-    """The rated bandwidth: spec value, else NVML clocks, else the GPU table (None if unknown).
-
-    Args:
-        gpu_count: GPUs serving the model (replicas × tensor parallel).
-        spec_tbs_per_gpu: ``hardware.rated_bw_tbs_per_gpu`` from the spec.
-        gpus: The inventory read through NVML (memory clock, bus width, name).
-        preset_key: A :mod:`tokenwatt.gpus` preset key (the simulator's GPU).
-    """
-    if spec_tbs_per_gpu is not None:
-        return RatedBandwidth(spec_tbs_per_gpu, gpu_count, "spec (hardware.rated_bw_tbs_per_gpu)")
-    if gpus:
-        first = gpus[0]
-        if first.max_memory_clock_mhz and first.memory_bus_width_bits:
-            tbs = rated_bandwidth_from_clocks_tbs(
-                first.max_memory_clock_mhz, first.memory_bus_width_bits
-            )
-            return RatedBandwidth(
-                tbs,
-                gpu_count,
-                f"NVML clocks ({first.max_memory_clock_mhz} MHz x"
-                f" {first.memory_bus_width_bits} bit, double data rate)",
-            )
-        match = preset_for_device_name(first.name)
-        if match is not None:
-            return RatedBandwidth(
-                match.mem_bw_tbs,
-                gpu_count,
-                f"GPU-name table: {match.name} ({match.source})",
-            )
-    if preset_key is not None:
-        item = preset(preset_key)
-        return RatedBandwidth(
-            item.mem_bw_tbs, gpu_count, f"GPU-name table: {item.name} ({item.source})"
-        )
-    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,12 +21,9 @@ import pytest
 
 from tokenwatt import promtext
 from tokenwatt.geometry import load_geometry
+from tokenwatt.gpus import rated_bandwidth
 from tokenwatt.load.engine_metrics import sample_running_batch
-from tokenwatt.mbu import (
-    estimate_mbu,
-    rated_bandwidth,
-    step_weighted_context,
-)
+from tokenwatt.mbu import estimate_mbu, step_weighted_context
 from tokenwatt.sim.launch import SimSettings, launch
 
 RATE_RPS = 16.0
@@ -149,7 +146,7 @@ def measure_once(sim_url: str, metrics_url: str, model: str, geometry, seed: int
     if batch is None:  # the sampler could not scrape often enough: the machine is starved
         reason = f"fewer than {MIN_BATCH_SAMPLES} running-batch samples in the window"
         return None, {"reason": reason}, False
-    bandwidth = rated_bandwidth(gpu_count=1, preset_key="h100-sxm")
+    bandwidth, _ = rated_bandwidth(gpu_count=1, preset_key="h100-sxm")
     assert bandwidth is not None
     n = len(token_times)
     estimate = estimate_mbu(

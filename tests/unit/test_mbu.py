@@ -10,10 +10,9 @@ from tokenwatt.mbu import (
     RatedBandwidth,
     estimate_mbu,
     estimate_mbu_for_probes,
-    rated_bandwidth,
     step_weighted_context,
 )
-from tokenwatt.schema.run import GpuInfo, RequestTable
+from tokenwatt.schema.run import RequestTable
 
 TINY = {
     "num_hidden_layers": 2,
@@ -119,27 +118,6 @@ def test_step_weighted_context_hand_values():
     # Equal lengths: in + out/2
     assert step_weighted_context([1024] * 3, [256] * 3) == pytest.approx(1024 + 128)
     assert step_weighted_context([], []) == 0.0
-
-
-def test_rated_bandwidth_priority():
-    gpu = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3")
-    clocked = GpuInfo(
-        index=0, name="NVIDIA H100 80GB HBM3", max_memory_clock_mhz=2619, memory_bus_width_bits=5120
-    )
-    spec = rated_bandwidth(gpu_count=2, spec_tbs_per_gpu=3.0, gpus=[clocked])
-    assert spec is not None
-    assert spec.total_tbs == 6.0
-    assert spec.source.startswith("spec")
-    nvml = rated_bandwidth(gpu_count=1, gpus=[clocked])
-    assert nvml is not None
-    assert nvml.per_gpu_tbs == pytest.approx(3.352, abs=0.001)
-    assert nvml.source.startswith("NVML clocks")
-    table = rated_bandwidth(gpu_count=1, gpus=[gpu])
-    assert table is not None
-    assert table.per_gpu_tbs == 3.35
-    assert "table" in table.source
-    assert rated_bandwidth(gpu_count=1, preset_key="h200") is not None
-    assert rated_bandwidth(gpu_count=1, gpus=[GpuInfo(index=0, name="Mystery GPU")]) is None
 
 
 def _probe_with_requests(index: int, *, batch: float | None, source: str | None = "metrics"):
