@@ -21,10 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu, step_weighted_context
-from tokenwatt.metrics import littles_law_batch
+from tokenwatt.metrics import littles_law_batch, nearest_rank
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.offline import Arrival, simulate
@@ -51,9 +53,8 @@ def chat_mix(rng: random.Random) -> tuple[int, int]:
 
 
 def p99(values: list[float]) -> float:
-    """Nearest-rank p99; failures are +inf."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] if ordered else math.inf
+    """tokenwatt's nearest-rank p99 (failures are +inf); +inf when nothing was measured."""
+    return nearest_rank(np.sort(np.asarray(values, dtype=np.float64)), 99.0) if values else math.inf
 
 
 @dataclass

@@ -105,11 +105,28 @@ def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
+def serve_http(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """The standard library's HTTP server on 127.0.0.1 (an ephemeral port), in a thread.
+
+    Yields the base URL (``http://127.0.0.1:PORT``); shuts the server down on exit.
+    """
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextlib.contextmanager
 def serve_text(page: Callable[[], str]) -> Iterator[str]:
-    """A plain HTTP server on 127.0.0.1 answering every GET with ``page()``; yields its URL.
+    """A plain HTTP server answering every GET with ``page()``; yields its ``/metrics`` URL.
 
     For pages no real peer serves on demand (a /metrics page out of format, a scripted
-    sequence of values); the server is the standard library's, over a real socket.
+    sequence of values).
     """
 
     class Handler(BaseHTTPRequestHandler):
@@ -124,12 +141,13 @@ def serve_text(page: Callable[[], str]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serve_http(Handler) as base_url:
+        yield f"{base_url}/metrics"
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)

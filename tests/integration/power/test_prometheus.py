@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.peers import serve_text
+from tests.peers import serve_text, wait_for
 from tokenwatt import energy
 from tokenwatt.errors import PowerError
 from tokenwatt.power import PowerSampler, build_source
@@ -55,13 +55,6 @@ def dcgm(
 
 def spec(url: str) -> PowerSpec:
     return PowerSpec(source="prometheus", url=url, sampling_hz=10)
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_node_exporter_really_re_sorts_labels_and_uses_exponents(node_exporter):
