@@ -23,7 +23,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sseload import run_open_loop
 
-from tokenwatt.mbu import parse_prometheus_text
+from tokenwatt import promtext
 from tokenwatt.sim.launch import SimSettings, launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def main() -> None:
             f" {'lag max':>8} {'stream p99':>10} {'failed':>6} {'mean batch':>10}"
         )
         for rate in [float(r) for r in args.rates.split(",")]:
-            before = parse_prometheus_text(httpx.get(sim.metrics_url).text)
+            before = promtext.parse(httpx.get(sim.metrics_url).text)
             cpu0 = _cpu_s(sim.pid)
             t0 = time.monotonic()
             results = asyncio.run(
@@ -92,7 +92,7 @@ def main() -> None:
             )
             wall = time.monotonic() - t0
             cpu = _cpu_s(sim.pid) - cpu0
-            after = parse_prometheus_text(httpx.get(sim.metrics_url).text)
+            after = promtext.parse(httpx.get(sim.metrics_url).text)
             tokens = sum(max(0, len(r.times) - 1) for r in results if r.ok)
             failed = sum(1 for r in results if not r.ok)
             lag99 = _delta_quantile(before, after, "tokenwatt_sim_scheduling_lag_seconds", 0.99)

@@ -21,9 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
-from tokenwatt.mbu import RatedBandwidth, estimate_mbu, littles_law_batch, step_weighted_context
+from tokenwatt.mbu import RatedBandwidth, estimate_mbu, step_weighted_context
+from tokenwatt.metrics import littles_law_batch, nearest_rank
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.offline import Arrival, simulate
@@ -50,9 +53,8 @@ def chat_mix(rng: random.Random) -> tuple[int, int]:
 
 
 def p99(values: list[float]) -> float:
-    """Nearest-rank p99; failures are +inf."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] if ordered else math.inf
+    """tokenwatt's nearest-rank p99 (failures are +inf); +inf when nothing was measured."""
+    return nearest_rank(np.sort(np.asarray(values, dtype=np.float64)), 99.0) if values else math.inf
 
 
 @dataclass
@@ -89,8 +91,6 @@ def probe(cfg: EngineConfig, rate: float, window_s: float, seed: int) -> Probe:
     window = [(a, ts) for a, ts in run.requests if w0 <= a.t_s < w1]
     ttft: list[float] = []
     tpot: list[float] = []
-    e2e: list[float | None] = []
-    first: list[float | None] = []
     tokens = 0
     failed = 0
     ins: list[int] = []
@@ -104,14 +104,14 @@ def probe(cfg: EngineConfig, rate: float, window_s: float, seed: int) -> Probe:
         tokens += len(ts)
         ttft.append(ts[0] - a.t_s)
         tpot.append((ts[-1] - ts[0]) / (len(ts) - 1) if len(ts) > 1 else 0.0)
-        first.append((ts[0] - a.t_s) * 1000)
-        e2e.append((ts[-1] - a.t_s) * 1000)
         ins.append(a.prompt_tokens)
         outs.append(a.output_tokens)
     s0, s1 = run.snapshots
     dt = s1.t_s - s0.t_s
     g = cfg.geometry
-    batch_est = littles_law_batch(first, e2e, window_s=window_s)
+    # As a probe does without /metrics: every request's first-to-last token, clipped to the window.
+    decode_ns = [(round(ts[0] * 1e9), round(ts[-1] * 1e9)) for _, ts in run.requests if ts]
+    batch_est = littles_law_batch(decode_ns, round(w0 * 1e9), round(w1 * 1e9))
     mbu = estimate_mbu(
         geometry=g,
         output_tok_s=tokens / window_s,

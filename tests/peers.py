@@ -12,8 +12,11 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -99,3 +102,52 @@ def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
             last = exc
         time.sleep(0.3)
     raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s ({last})")
+
+
+@contextlib.contextmanager
+def serve_http(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """The standard library's HTTP server on 127.0.0.1 (an ephemeral port), in a thread.
+
+    Yields the base URL (``http://127.0.0.1:PORT``); shuts the server down on exit.
+    """
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def serve_text(page: Callable[[], str]) -> Iterator[str]:
+    """A plain HTTP server answering every GET with ``page()``; yields its ``/metrics`` URL.
+
+    For pages no real peer serves on demand (a /metrics page out of format, a scripted
+    sequence of values).
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serve_http(Handler) as base_url:
+        yield f"{base_url}/metrics"
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)

@@ -14,12 +14,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.peers import serve_http
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,13 +86,5 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def serve(directory: Path) -> Iterator[str]:
     """Serve a folder on 127.0.0.1 (an ephemeral port); yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_http(functools.partial(_QuietHandler, directory=str(directory))) as base_url:
+        yield base_url

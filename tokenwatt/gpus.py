@@ -1,23 +1,43 @@
 """Accelerator presets: rated bandwidth, peak dense FLOP/s, memory and power, with sources.
 
-One table serves three readers: the MBU estimate (rated bandwidth when neither the spec nor NVML
-gives one), the hardware inventory (matching an NVML device name to a preset), and the embedded
-simulator (its roofline and power model). Figures are the vendors' datasheet numbers for
-*dense* math (no 2:4 sparsity); idle power is a typical reading at rest, not a datasheet value.
+One table serves three readers: the rated bandwidth of the GPUs in use (for the inventory and
+the MBU estimate), the hardware inventory (matching an NVML device name to a preset), and the
+embedded simulator (its roofline and power model). Figures are the vendors' datasheet numbers
+for *dense* math (no 2:4 sparsity); idle power is a typical reading at rest, not a datasheet
+value.
+
+Rated bandwidth per GPU, the first that applies (the run records which):
+
+1. ``hardware.rated_bw_tbs_per_gpu`` from the spec: the user's figure wins;
+2. this table, by the name NVML reports for the (first) GPU in use;
+3. NVML clocks, for a GPU the table lacks: 2 × max memory clock × bus width ÷ 8 (double data
+   rate; 2,619 MHz × 5,120 bit = 3.35 TB/s for an H100 SXM).
+
+When the table and the clocks disagree by more than 10 %, or the GPUs in use differ, a note
+says so.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenwatt.schema.run import GpuInfo
 
 __all__ = [
     "GPU_PRESETS",
     "GpuPreset",
+    "RatedBandwidth",
     "preset",
     "preset_for_device_name",
+    "rated_bandwidth",
     "rated_bandwidth_from_clocks_tbs",
 ]
+
+_CROSS_CHECK_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -183,3 +203,73 @@ def rated_bandwidth_from_clocks_tbs(max_mem_clock_mhz: float, bus_width_bits: in
     ``2 x MHz x 1e6 x bits / 8`` bytes/s (2619 MHz x 5120 bit = 3.35 TB/s for an H100 SXM).
     """
     return 2.0 * max_mem_clock_mhz * 1e6 * bus_width_bits / 8.0 / 1e12
+
+
+@dataclass(frozen=True)
+class RatedBandwidth:
+    """Rated memory bandwidth of the GPUs serving the model."""
+
+    per_gpu_tbs: float
+    gpus: int
+    source: str
+    """Where the figure comes from: ``spec``, ``GPU-name table (<datasheet>)`` or
+    ``NVML clocks (<MHz> MHz x <bits> bit)``."""
+
+    @property
+    def total_tbs(self) -> float:
+        """All GPUs together, TB/s."""
+        return self.per_gpu_tbs * self.gpus
+
+
+def rated_bandwidth(
+    *,
+    spec_tbs_per_gpu: float | None = None,
+    gpus: Sequence[GpuInfo] = (),
+    gpu_count: int | None = None,
+    preset_key: str | None = None,
+) -> tuple[RatedBandwidth | None, list[str]]:
+    """The rated bandwidth in the module's order (None if unknown), and notes (pure).
+
+    Args:
+        spec_tbs_per_gpu: ``hardware.rated_bw_tbs_per_gpu`` from the spec.
+        gpus: the GPUs in use, as NVML read them (name, max memory clock, bus width).
+        gpu_count: GPUs the figure covers (default: those in ``gpus``, at least one).
+        preset_key: a preset key for the table step when no GPU was read (a simulated GPU).
+    """
+    notes: list[str] = []
+    count = gpu_count if gpu_count is not None else max(1, len(gpus))
+    first = gpus[0] if gpus else None
+    names = sorted({g.name for g in gpus})
+    if len(names) > 1:
+        notes.append(
+            f"the GPUs in use differ ({', '.join(names)}); rated bandwidth is the first"
+            f" one's ({first.name if first else '?'})"
+        )
+    clocks_tbs: float | None = None
+    if first is not None and first.max_memory_clock_mhz and first.memory_bus_width_bits:
+        clocks_tbs = rated_bandwidth_from_clocks_tbs(
+            first.max_memory_clock_mhz, first.memory_bus_width_bits
+        )
+    if first is not None:
+        table = preset_for_device_name(first.name)
+    else:
+        table = preset(preset_key) if preset_key is not None else None
+    if table is not None and clocks_tbs is not None:
+        gap = abs(clocks_tbs - table.mem_bw_tbs) / table.mem_bw_tbs
+        if gap > _CROSS_CHECK_TOLERANCE:
+            notes.append(
+                f"NVML clocks give {clocks_tbs:.2f} TB/s per GPU, the table {table.mem_bw_tbs}"
+                f" TB/s ({gap:.0%} apart)"
+            )
+    if spec_tbs_per_gpu is not None:
+        return RatedBandwidth(spec_tbs_per_gpu, count, "spec"), notes
+    if table is not None:
+        return RatedBandwidth(table.mem_bw_tbs, count, f"GPU-name table ({table.source})"), notes
+    if clocks_tbs is not None and first is not None:
+        source = (
+            f"NVML clocks ({first.max_memory_clock_mhz} MHz x {first.memory_bus_width_bits} bit)"
+        )
+        return RatedBandwidth(clocks_tbs, count, source), notes
+    if first is not None:
+        notes.append(f"no rated bandwidth known for {first.name}")
+    return None, notes

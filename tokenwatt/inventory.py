@@ -3,35 +3,27 @@
 Read per GPU in use (``hardware.gpus``, else all): name, UUID, memory, enforced power limit,
 memory bus width and maximum memory clock; plus the driver version. Nothing is changed.
 
-Rated bandwidth per GPU, first that applies (the source is reported with the figure):
-
-1. ``hardware.rated_bw_tbs_per_gpu`` from the spec: the user's figure wins;
-2. the GPU-name table (:func:`tokenwatt.gpus.preset_for_device_name`, vendor datasheets);
-3. NVML clocks: 2 × max memory clock × bus width / 8
-   (:func:`tokenwatt.gpus.rated_bandwidth_from_clocks_tbs`), for GPUs the table lacks.
-
-When the table and the clocks disagree by more than 10 %, a note says so.
+Rated bandwidth per GPU: :func:`tokenwatt.gpus.rated_bandwidth` (the spec's figure, else the
+GPU-name table, else NVML clocks), with its source and notes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tokenwatt.errors import PowerError
-from tokenwatt.gpus import preset_for_device_name, rated_bandwidth_from_clocks_tbs
+from tokenwatt.gpus import preset_for_device_name, rated_bandwidth
 from tokenwatt.power.board import check_gpu_indices, nvml_session
 from tokenwatt.schema.run import GpuInfo
 from tokenwatt.schema.spec import HardwareSpec
 
-__all__ = ["Inventory", "rated_bandwidth", "read_inventory"]
+__all__ = ["Inventory", "read_inventory"]
 
 logger = logging.getLogger(__name__)
 
 _NVML_CLOCK_MEM = 2
-_CROSS_CHECK_TOLERANCE = 0.10
 
 
 @dataclass(frozen=True)
@@ -56,51 +48,6 @@ class Inventory:
         if self.rated_bw_tbs_per_gpu is None:
             return None
         return self.rated_bw_tbs_per_gpu * max(1, len(self.gpus))
-
-
-def rated_bandwidth(
-    *, spec_tbs: float | None, gpus: Sequence[GpuInfo]
-) -> tuple[float | None, str | None, list[str]]:
-    """Rated bandwidth per GPU, its source, and notes (pure).
-
-    Args:
-        spec_tbs: ``hardware.rated_bw_tbs_per_gpu``.
-        gpus: the GPUs in use, as read.
-    """
-    notes: list[str] = []
-    first = gpus[0] if gpus else None
-    clocks_tbs: float | None = None
-    if first is not None and first.max_memory_clock_mhz and first.memory_bus_width_bits:
-        clocks_tbs = rated_bandwidth_from_clocks_tbs(
-            first.max_memory_clock_mhz, first.memory_bus_width_bits
-        )
-    preset = preset_for_device_name(first.name) if first is not None else None
-    if len({g.name for g in gpus}) > 1:
-        notes.append(
-            "the GPUs in use differ ("
-            + ", ".join(sorted({g.name for g in gpus}))
-            + f"); rated bandwidth is the first one's ({first.name if first else '?'})"
-        )
-    if preset is not None and clocks_tbs is not None:
-        gap = abs(clocks_tbs - preset.mem_bw_tbs) / preset.mem_bw_tbs
-        if gap > _CROSS_CHECK_TOLERANCE:
-            notes.append(
-                f"NVML clocks give {clocks_tbs:.2f} TB/s per GPU, the table {preset.mem_bw_tbs}"
-                f" TB/s ({gap:.0%} apart)"
-            )
-    if spec_tbs is not None:
-        return spec_tbs, "spec", notes
-    if preset is not None:
-        return preset.mem_bw_tbs, f"GPU-name table ({preset.source})", notes
-    if clocks_tbs is not None and first is not None:
-        return (
-            clocks_tbs,
-            f"NVML clocks ({first.max_memory_clock_mhz} MHz x {first.memory_bus_width_bits} bit)",
-            notes,
-        )
-    if gpus:
-        notes.append(f"no rated bandwidth known for {first.name if first else '?'}")
-    return None, None, notes
 
 
 def _optional(call: Any, *args: Any) -> Any:
@@ -178,7 +125,7 @@ def read_inventory(hardware: HardwareSpec, *, strict: bool = False) -> Inventory
             logger.warning("GPU inventory not read: %s", exc)
     else:
         notes.append(f"hardware.adapter is {hardware.adapter!r}: GPUs not read through NVML")
-    bw, bw_source, bw_notes = rated_bandwidth(spec_tbs=hardware.rated_bw_tbs_per_gpu, gpus=gpus)
+    rated, bw_notes = rated_bandwidth(spec_tbs_per_gpu=hardware.rated_bw_tbs_per_gpu, gpus=gpus)
     accelerator = gpus[0].name if gpus else None
     preset = preset_for_device_name(accelerator) if accelerator else None
     vendor = preset.vendor if preset else ("NVIDIA" if gpus else None)
@@ -188,7 +135,7 @@ def read_inventory(hardware: HardwareSpec, *, strict: bool = False) -> Inventory
         gpus=gpus,
         accelerator=accelerator,
         vendor=vendor,
-        rated_bw_tbs_per_gpu=bw,
-        rated_bw_source=bw_source,
+        rated_bw_tbs_per_gpu=rated.per_gpu_tbs if rated is not None else None,
+        rated_bw_source=rated.source if rated is not None else None,
         notes=notes + bw_notes,
     )

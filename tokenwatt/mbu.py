@@ -6,45 +6,31 @@ DESIGN.md, "MBU". For ``B`` running sequences (the mean running batch)::
     steps/s    = output tok/s ÷ B
     MBU        = bytes/step × steps/s ÷ rated bandwidth
 
-``B`` comes from the engine's Prometheus ``/metrics`` (``vllm:num_requests_running`` sampled over
-the window) when it has one, else from Little's law over the window's requests (each request is
-in the running batch from its first token to its last: ``B = Σ(e2e − TTFT) ÷ window``). The KV
-term uses the mean context a running sequence holds, weighted by decode steps, computed from the
-requests' input and output token counts. Geometry (weights, experts, KV per token) comes from
-:mod:`tokenwatt.geometry`, the module the simulator uses for its own ground truth.
+``B`` is the probes' mean running batch as :mod:`tokenwatt.metrics` defines it (the engine's
+``vllm:num_requests_running`` over the window, else Little's law), averaged over the
+confirmation repeats; the evidence says which. The KV term uses the mean context a running
+sequence holds, weighted by decode steps, computed from the requests' input and output token
+counts. Geometry (weights, experts, KV per token) comes from :mod:`tokenwatt.geometry`, the
+module the simulator uses for its own ground truth.
 
-Rated bandwidth: the spec's value, else NVML's max memory clock × bus width, else the GPU-name
-table of :mod:`tokenwatt.gpus`; the evidence records which.
+Rated bandwidth: as :func:`tokenwatt.gpus.rated_bandwidth` resolves it (the spec's value, else
+the GPU-name table, else NVML clocks); the evidence records which.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import logging
 import math
-import re
-import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-
-import httpx
 
 from tokenwatt.geometry import ModelGeometry, expected_unique_experts
-from tokenwatt.gpus import preset, preset_for_device_name, rated_bandwidth_from_clocks_tbs
-from tokenwatt.schema.run import GpuInfo, MbuEvidence, ProbeRecord
+from tokenwatt.gpus import RatedBandwidth
+from tokenwatt.schema.run import MbuEvidence, ProbeRecord
 
 __all__ = [
-    "EngineMetrics",
-    "EngineMetricsSampler",
-    "PromSample",
     "RatedBandwidth",
     "estimate_mbu",
     "estimate_mbu_for_probes",
-    "littles_law_batch",
-    "parse_engine_metrics",
-    "parse_prometheus_text",
-    "rated_bandwidth",
     "step_weighted_context",
 ]
 
@@ -52,245 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------
-# Rated bandwidth
-
-
-@dataclass(frozen=True)
-class RatedBandwidth:
-    """Rated memory bandwidth of the GPUs serving the model."""
-
-    per_gpu_tbs: float
-    gpus: int
-    source: str
-    """Where the figure comes from, in words (spec, NVML clocks, or the GPU-name table)."""
-
-    @property
-    def total_tbs(self) -> float:
-        """All GPUs together, TB/s."""
-        return self.per_gpu_tbs * self.gpus
-
-
-def rated_bandwidth(
-    *,
-    gpu_count: int,
-    spec_tbs_per_gpu: float | None = None,
-    gpus: Sequence[GpuInfo] = (),
-    preset_key: str | None = None,
-) -> RatedBandwidth | None:
-    """The rated bandwidth: spec value, else NVML clocks, else the GPU table (None if unknown).
-
-    Args:
-        gpu_count: GPUs serving the model (replicas × tensor parallel).
-        spec_tbs_per_gpu: ``hardware.rated_bw_tbs_per_gpu`` from the spec.
-        gpus: The inventory read through NVML (memory clock, bus width, name).
-        preset_key: A :mod:`tokenwatt.gpus` preset key (the simulator's GPU).
-    """
-    if spec_tbs_per_gpu is not None:
-        return RatedBandwidth(spec_tbs_per_gpu, gpu_count, "spec (hardware.rated_bw_tbs_per_gpu)")
-    if gpus:
-        first = gpus[0]
-        if first.max_memory_clock_mhz and first.memory_bus_width_bits:
-            tbs = rated_bandwidth_from_clocks_tbs(
-                first.max_memory_clock_mhz, first.memory_bus_width_bits
-            )
-            return RatedBandwidth(
-                tbs,
-                gpu_count,
-                f"NVML clocks ({first.max_memory_clock_mhz} MHz x"
-                f" {first.memory_bus_width_bits} bit, double data rate)",
-            )
-        match = preset_for_device_name(first.name)
-        if match is not None:
-            return RatedBandwidth(
-                match.mem_bw_tbs,
-                gpu_count,
-                f"GPU-name table: {match.name} ({match.source})",
-            )
-    if preset_key is not None:
-        item = preset(preset_key)
-        return RatedBandwidth(
-            item.mem_bw_tbs, gpu_count, f"GPU-name table: {item.name} ({item.source})"
-        )
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# Prometheus text
-
-
-@dataclass(frozen=True)
-class PromSample:
-    """One sample line of the Prometheus text format."""
-
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
-def _unescape(value: str) -> str:
-    return re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], value)
-
-
-def parse_prometheus_text(text: str) -> list[PromSample]:
-    """Parse the sample lines of a Prometheus text exposition (comments skipped).
-
-    Lines that do not parse are skipped with a debug log: a scrape should not fail because an
-    exporter added a series in a form this parser does not know.
-    """
-    out: list[PromSample] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if m is None:
-            logger.debug("unparsed metrics line: %s", line[:200])
-            continue
-        name, label_text, raw = m.groups()
-        labels: dict[str, str] = {}
-        if label_text:
-            for lm in _LABEL.finditer(label_text):
-                labels[lm.group(1)] = _unescape(lm.group(2))
-        try:
-            value = float(raw)
-        except ValueError:
-            logger.debug("non-numeric metrics value: %s", line[:200])
-            continue
-        out.append(PromSample(name, labels, value))
-    return out
-
-
-@dataclass(frozen=True)
-class EngineMetrics:
-    """What tokenwatt reads from an engine's ``/metrics`` (vLLM names), summed over engines."""
-
-    running: float | None
-    waiting: float | None
-    kv_cache_usage: float | None
-    """Fraction of the KV cache in use (0..1)."""
-    kv_cache_memory_bytes: float | None
-    """Bytes of KV cache the engine allocated (``vllm:cache_config_info``)."""
-    prompt_tokens_total: float | None
-    generation_tokens_total: float | None
-
-
-def parse_engine_metrics(text: str) -> EngineMetrics:
-    """Read the running/waiting gauges, KV usage and token counters from vLLM-named metrics."""
-    sums: dict[str, float] = {}
-    kv_usage: list[float] = []
-    kv_mem: float | None = None
-    for s in parse_prometheus_text(text):
-        if s.name in (
-            "vllm:num_requests_running",
-            "vllm:num_requests_waiting",
-            "vllm:prompt_tokens_total",
-            "vllm:generation_tokens_total",
-        ):
-            sums[s.name] = sums.get(s.name, 0.0) + s.value
-        elif s.name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
-            kv_usage.append(s.value)
-        elif s.name == "vllm:cache_config_info":
-            raw = s.labels.get("kv_cache_memory_bytes")
-            if raw is not None and raw.replace(".", "", 1).isdigit():
-                kv_mem = (kv_mem or 0.0) + float(raw)
-    return EngineMetrics(
-        running=sums.get("vllm:num_requests_running"),
-        waiting=sums.get("vllm:num_requests_waiting"),
-        kv_cache_usage=sum(kv_usage) / len(kv_usage) if kv_usage else None,
-        kv_cache_memory_bytes=kv_mem,
-        prompt_tokens_total=sums.get("vllm:prompt_tokens_total"),
-        generation_tokens_total=sums.get("vllm:generation_tokens_total"),
-    )
-
-
-@dataclass(frozen=True)
-class _Sample:
-    t_ns: int
-    running: float
-
-
-class EngineMetricsSampler:
-    """Samples an engine's running batch from ``/metrics`` on the load generator's clock.
-
-    Run :meth:`run` as a task for the whole measurement; :meth:`mean_running` then gives the
-    mean running batch between two ``time.monotonic_ns()`` instants. A failed scrape is logged
-    and skipped: the window's mean needs :attr:`min_samples` readings or it is ``None`` (the
-    caller falls back to Little's law).
-    """
-
-    min_samples = 5
-
-    def __init__(
-        self, url: str, *, interval_s: float = 0.25, client: httpx.AsyncClient | None = None
-    ) -> None:
-        self.url = url
-        self.interval_s = interval_s
-        self._client = client
-        self._t: list[int] = []
-        self._running: list[float] = []
-        self.failures = 0
-
-    async def sample_once(self, client: httpx.AsyncClient) -> float | None:
-        """Scrape once and record the running count; None if the scrape failed."""
-        t_ns = time.monotonic_ns()
-        try:
-            resp = await client.get(self.url, timeout=max(1.0, self.interval_s * 4))
-            resp.raise_for_status()
-        except httpx.HTTPError as exc:
-            self.failures += 1
-            logger.debug("metrics scrape of %s failed: %s", self.url, exc)
-            return None
-        running = parse_engine_metrics(resp.text).running
-        if running is None:
-            return None
-        self._t.append(t_ns)
-        self._running.append(running)
-        return running
-
-    async def run(self) -> None:
-        """Scrape every ``interval_s`` until cancelled."""
-        own = self._client is None
-        client = self._client or httpx.AsyncClient()
-        try:
-            next_t = time.monotonic()
-            while True:
-                await self.sample_once(client)
-                next_t += self.interval_s
-                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
-        finally:
-            if own:
-                await client.aclose()
-
-    def mean_running(self, start_ns: int, end_ns: int) -> float | None:
-        """Mean of the running-batch samples taken in ``[start_ns, end_ns)``."""
-        lo = bisect.bisect_left(self._t, start_ns)
-        hi = bisect.bisect_left(self._t, end_ns)
-        values = self._running[lo:hi]
-        if len(values) < self.min_samples:
-            return None
-        return math.fsum(values) / len(values)
-
-
-# --------------------------------------------------------------------------------------------
-# Batch and context from the requests
-
-
-def littles_law_batch(
-    ttft_ms: Iterable[float | None], e2e_ms: Iterable[float | None], *, window_s: float
-) -> float:
-    """Mean running batch by Little's law: Σ (e2e − TTFT) over the requests ÷ window.
-
-    A request decodes from its first token to its last, so its decode time is e2e − TTFT;
-    failed requests (no timings) are left out.
-    """
-    total_ms = math.fsum(
-        e - t for t, e in zip(ttft_ms, e2e_ms, strict=True) if t is not None and e is not None
-    )
-    return total_ms / 1000.0 / window_s if window_s > 0 else 0.0
+# Context from the requests
 
 
 def step_weighted_context(input_tokens: Iterable[int], output_tokens: Iterable[int]) -> float:
@@ -366,8 +114,8 @@ def estimate_mbu(
         )
     else:
         assumptions.append(
-            "B: Little's law, sum of (e2e - TTFT) of the window's successful requests"
-            " / window length"
+            "B: Little's law, the time-average number of requests between their first and"
+            " last token inside the window"
         )
     assumptions.append("steps/s = output tok/s / B (every running sequence emits one token a step)")
     assumptions.append(
@@ -433,9 +181,10 @@ def estimate_mbu_for_probes(
     """MBU over some probes (the confirmation repeats), pooling their windows.
 
     Output tok/s = their output tokens ÷ their window time. ``B`` is the mean of the probes'
-    ``running_batch_mean`` when every probe has one from the engine's metrics, else Little's
-    law over their requests. Returns None when the probes carry no request table (nothing to
-    compute the context from) or produced no tokens.
+    own ``running_batch_mean``: from the engine's metrics when every probe has it from there,
+    else ``littles_law`` (a probe whose scrapes all failed fell back to it; the assumptions
+    then say how many did). Returns None when a probe carries no request table (nothing to
+    compute the context from) or no running batch, or the probes produced no tokens.
     """
     if not probes or any(p.requests is None for p in probes):
         return None
@@ -445,33 +194,34 @@ def estimate_mbu_for_probes(
         return None
     n_in: list[int] = []
     n_out: list[int] = []
-    ttft: list[float | None] = []
-    e2e: list[float | None] = []
+    batches: list[float] = []
     for p in probes:
         assert p.requests is not None
+        if p.running_batch_mean is None or p.batch_source is None:
+            return None
+        batches.append(p.running_batch_mean)
         for i, status in enumerate(p.requests.status):
-            if status != "ok":
-                continue
-            n_in.append(p.requests.input_tokens[i])
-            n_out.append(p.requests.output_tokens[i])
-            ttft.append(p.requests.ttft_ms[i])
-            e2e.append(p.requests.e2e_ms[i])
-    context = step_weighted_context(n_in, n_out)
-    if all(p.batch_source == "metrics" and p.running_batch_mean is not None for p in probes):
-        batch = math.fsum(p.running_batch_mean or 0.0 for p in probes) / len(probes)
-        source = "metrics"
-    else:
-        batch = littles_law_batch(ttft, e2e, window_s=window_s)
-        source = "littles_law"
+            if status == "ok":
+                n_in.append(p.requests.input_tokens[i])
+                n_out.append(p.requests.output_tokens[i])
+    batch = math.fsum(batches) / len(batches)
     if batch <= 0:
         return None
+    from_metrics = sum(1 for p in probes if p.batch_source == "metrics")
+    extra: list[str] = []
+    if 0 < from_metrics < len(probes):
+        extra.append(
+            f"B: mean over {len(probes)} probes, {from_metrics} of them from the engine's"
+            " metrics, the others by Little's law (no metrics sample in their window)"
+        )
     return estimate_mbu(
         geometry=geometry,
         output_tok_s=tokens / window_s,
         batch_mean=batch,
-        batch_source=source,
-        mean_context_tokens=context,
+        batch_source="metrics" if from_metrics == len(probes) else "littles_law",
+        mean_context_tokens=step_weighted_context(n_in, n_out),
         bandwidth=bandwidth,
         replicas=replicas,
         tensor_parallel=tensor_parallel,
+        extra_assumptions=extra,
     )

@@ -11,6 +11,13 @@ NaN at p99. Example: p50 of ``[1, 2, 3, 4]`` is 2 (linear interpolation would sa
 values is the 99th smallest, so one failure in 100 requests leaves p99 finite and two make it inf.
 
 The mean is +inf as soon as one value is +inf.
+
+Running batch (the ``B`` of the MBU estimate): the mean number of requests the engine is
+running over the window. When the engine serves Prometheus ``/metrics``, the mean of its
+``vllm:num_requests_running`` sampled every 0.25 s inside the window. Otherwise Little's law: the
+time-average number of requests in their decode phase (first to last content chunk) inside the
+window, i.e. the decode time of every request of the probe (not only window requests) that
+falls inside the window, divided by the window length.
 """
 
 from __future__ import annotations

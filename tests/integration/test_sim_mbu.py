@@ -19,14 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tokenwatt import promtext
 from tokenwatt.geometry import load_geometry
-from tokenwatt.mbu import (
-    EngineMetricsSampler,
-    estimate_mbu,
-    parse_prometheus_text,
-    rated_bandwidth,
-    step_weighted_context,
-)
+from tokenwatt.gpus import rated_bandwidth
+from tokenwatt.load.engine_metrics import sample_running_batch
+from tokenwatt.mbu import estimate_mbu, step_weighted_context
 from tokenwatt.sim.launch import SimSettings, launch
 
 RATE_RPS = 16.0
@@ -36,6 +33,7 @@ PROMPT, OUTPUT = 1024, 256
 
 
 MAX_ATTEMPTS = 3
+MIN_BATCH_SAMPLES = 5
 
 
 async def one_request(
@@ -59,7 +57,7 @@ async def scrape(client: httpx.AsyncClient, url: str, at: float) -> tuple[float,
 
 
 def counters(text: str) -> dict[str, float]:
-    return {s.name: s.value for s in parse_prometheus_text(text) if not s.labels}
+    return {s.name: s.value for s in promtext.parse(text) if not s.labels}
 
 
 def lag_max_s(before: str, after: str) -> float:
@@ -68,7 +66,7 @@ def lag_max_s(before: str, after: str) -> float:
     def buckets(text: str) -> list[tuple[float, float]]:
         return [
             (float(s.labels["le"]), s.value)
-            for s in parse_prometheus_text(text)
+            for s in promtext.parse(text)
             if s.name == "tokenwatt_sim_scheduling_lag_seconds_bucket"
         ]
 
@@ -85,9 +83,19 @@ async def drive(sim_url: str, metrics_url: str, model: str, seed: int):
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
     async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-        sampler = EngineMetricsSampler(metrics_url, interval_s=0.2, client=client)
-        sampling = asyncio.create_task(sampler.run())
         t0 = time.monotonic()
+        # The sampler the probe uses (tokenwatt.load.probe), over the window.
+        running: list[float] = []
+        errors: list[str] = []
+        sampling = asyncio.create_task(
+            sample_running_batch(
+                metrics_url,
+                int((t0 + WINDOW[0]) * 1e9),
+                int((t0 + WINDOW[1]) * 1e9),
+                running,
+                errors,
+            )
+        )
         truth = [
             asyncio.create_task(scrape(client, metrics_url, t0 + WINDOW[0])),
             asyncio.create_task(scrape(client, metrics_url, t0 + WINDOW[1])),
@@ -117,8 +125,8 @@ async def drive(sim_url: str, metrics_url: str, model: str, seed: int):
             send_lag.append(time.monotonic() - (t0 + t))
         await asyncio.gather(*tasks)
         (ta, a), (tb, b) = await asyncio.gather(*truth)
-        sampling.cancel()
-        batch = sampler.mean_running(int((t0 + WINDOW[0]) * 1e9), int((t0 + WINDOW[1]) * 1e9))
+        await sampling
+    batch = sum(running) / len(running) if len(running) >= MIN_BATCH_SAMPLES else None
     send_lag.sort()
     return t0, token_times, (ta, a), (tb, b), batch, send_lag[int(0.99 * (len(send_lag) - 1))]
 
@@ -133,12 +141,12 @@ def measure_once(sim_url: str, metrics_url: str, model: str, geometry, seed: int
     dt = tb - ta
     name = "vllm:generation_tokens_total"
     tokens = [
-        sum(s.value for s in parse_prometheus_text(text) if s.name == name)
-        for text in (a_text, b_text)
+        sum(s.value for s in promtext.parse(text) if s.name == name) for text in (a_text, b_text)
     ]
     if batch is None:  # the sampler could not scrape often enough: the machine is starved
-        return None, {"reason": "fewer than 5 running-batch samples in the window"}, False
-    bandwidth = rated_bandwidth(gpu_count=1, preset_key="h100-sxm")
+        reason = f"fewer than {MIN_BATCH_SAMPLES} running-batch samples in the window"
+        return None, {"reason": reason}, False
+    bandwidth, _ = rated_bandwidth(gpu_count=1, preset_key="h100-sxm")
     assert bandwidth is not None
     n = len(token_times)
     estimate = estimate_mbu(

@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from tests.integration.sse import stream
+from tokenwatt import promtext
 from tokenwatt.geometry import load_geometry
-from tokenwatt.mbu import parse_engine_metrics, parse_prometheus_text
+from tokenwatt.load.engine_metrics import parse_engine_metrics
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.launch import SimProcess, SimSettings, launch
 
@@ -38,7 +39,7 @@ def client() -> Iterator[httpx.Client]:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    for s in parse_prometheus_text(text):
+    for s in promtext.parse(text):
         if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
             return s.value
     raise AssertionError(f"{name} {labels} not in /metrics")
@@ -217,14 +218,16 @@ def test_metrics_have_vllm_and_dcgm_series(sim: SimProcess, client: httpx.Client
     assert engine.kv_cache_memory_bytes is not None
     assert engine.kv_cache_memory_bytes > 40e9
     # dcgm-exporter's names, units and labels
-    power = [s for s in parse_prometheus_text(after) if s.name == "DCGM_FI_DEV_POWER_USAGE"]
+    power = [s for s in promtext.parse(after) if s.name == "DCGM_FI_DEV_POWER_USAGE"]
     assert len(power) == 1
     assert set(power[0].labels) == {"gpu", "UUID", "device", "modelName", "Hostname"}
     assert power[0].labels["UUID"].startswith("GPU-")
     assert power[0].labels["modelName"] == "NVIDIA H100 80GB HBM3"
     assert 90.0 < power[0].value <= 700.0  # the request's steps ran within the last second
-    e0 = metric(b, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
-    e1 = metric(after, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    # A counter's samples are read as <name>_total (promtext): dcgm-exporter writes no suffix.
+    assert "\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in after
+    e0 = metric(b, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total")
+    e1 = metric(after, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total")
     assert e1 > e0  # mJ, counting up
     assert metric(after, "DCGM_FI_DEV_POWER_MGMT_LIMIT") == 700.0
     assert metric(after, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS") == 1.0  # idle now

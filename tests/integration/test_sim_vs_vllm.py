@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.integration.sse import Streamed, stream
-from tokenwatt.mbu import parse_prometheus_text
+from tokenwatt import promtext
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.launch import SimSettings, launch
 
@@ -74,16 +74,12 @@ def test_metric_names_and_types(pair):
             assert real_types.get(name) == kind, f"{name} ({kind}) is not a vLLM 0.32 metric"
     # Same label names on the engine gauges, same histogram buckets.
     for name in ("vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
-        (r,) = [s for s in parse_prometheus_text(real) if s.name == name]
-        (s,) = [s for s in parse_prometheus_text(sim) if s.name == name]
+        (r,) = [s for s in promtext.parse(real) if s.name == name]
+        (s,) = [s for s in promtext.parse(sim) if s.name == name]
         assert set(r.labels) == set(s.labels) == {"engine", "model_name"}
     for hist in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
         bounds = [
-            sorted(
-                float(s.labels["le"])
-                for s in parse_prometheus_text(t)
-                if s.name == f"{hist}_bucket"
-            )
+            sorted(float(s.labels["le"]) for s in promtext.parse(t) if s.name == f"{hist}_bucket")
             for t in (real, sim)
         ]
         assert bounds[0] == bounds[1], hist

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import httpx
 import pytest
 
 from tests import factories
 from tokenwatt.geometry import geometry_from_config
 from tokenwatt.mbu import (
-    EngineMetricsSampler,
     RatedBandwidth,
     estimate_mbu,
     estimate_mbu_for_probes,
-    littles_law_batch,
-    parse_engine_metrics,
-    parse_prometheus_text,
-    rated_bandwidth,
     step_weighted_context,
 )
-from tokenwatt.schema.run import GpuInfo, RequestTable
+from tokenwatt.schema.run import RequestTable
 
 TINY = {
     "num_hidden_layers": 2,
@@ -119,14 +111,6 @@ def test_mbu_replicas_and_tensor_parallel():
     assert tp4.kv_bytes_per_step == pytest.approx(2 * one.kv_bytes_per_step)
 
 
-def test_littles_law_batch_hand_values():
-    # decode times 0.9 s, 1.8 s and a failed request, over a 2 s window: B = 2.7 / 2
-    assert littles_law_batch([100.0, 200.0, None], [1000.0, 2000.0, None], window_s=2.0) == (
-        pytest.approx(1.35)
-    )
-    assert littles_law_batch([], [], window_s=0.0) == 0.0
-
-
 def test_step_weighted_context_hand_values():
     # in=10,out=3: decode steps attend 11, 12 -> (2*10 + 2*3/2) = 23 over 2 steps
     # in=100,out=1: no decode step
@@ -136,80 +120,7 @@ def test_step_weighted_context_hand_values():
     assert step_weighted_context([], []) == 0.0
 
 
-def test_rated_bandwidth_priority():
-    gpu = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3")
-    clocked = GpuInfo(
-        index=0, name="NVIDIA H100 80GB HBM3", max_memory_clock_mhz=2619, memory_bus_width_bits=5120
-    )
-    spec = rated_bandwidth(gpu_count=2, spec_tbs_per_gpu=3.0, gpus=[clocked])
-    assert spec is not None
-    assert spec.total_tbs == 6.0
-    assert spec.source.startswith("spec")
-    nvml = rated_bandwidth(gpu_count=1, gpus=[clocked])
-    assert nvml is not None
-    assert nvml.per_gpu_tbs == pytest.approx(3.352, abs=0.001)
-    assert nvml.source.startswith("NVML clocks")
-    table = rated_bandwidth(gpu_count=1, gpus=[gpu])
-    assert table is not None
-    assert table.per_gpu_tbs == 3.35
-    assert "table" in table.source
-    assert rated_bandwidth(gpu_count=1, preset_key="h200") is not None
-    assert rated_bandwidth(gpu_count=1, gpus=[GpuInfo(index=0, name="Mystery GPU")]) is None
-
-
-def test_parse_prometheus_text_shapes():
-    text = "\n".join(
-        [
-            "# HELP x a metric",
-            "# TYPE x gauge",
-            'DCGM_FI_DEV_POWER_USAGE{Hostname="sim",UUID="GPU-0",gpu="0",modelName="H100"} 412.5',
-            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"} 1.23456789e+08',
-            'weird{a="x,y",b="say \\"hi\\"",c="back\\\\slash"} 3 1700000000000',
-            "plain 7",
-            "not a metric line",
-            'bad_value{a="1"} abc',
-            'vllm:num_requests_running{engine="0",model_name="m"} 5.0',
-        ]
-    )
-    samples = parse_prometheus_text(text)
-    names = [s.name for s in samples]
-    assert names == [
-        "DCGM_FI_DEV_POWER_USAGE",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "weird",
-        "plain",
-        "vllm:num_requests_running",
-    ]
-    assert samples[0].labels["UUID"] == "GPU-0"
-    assert samples[0].value == 412.5
-    assert samples[1].value == 123456789.0
-    assert samples[2].labels == {"a": "x,y", "b": 'say "hi"', "c": "back\\slash"}
-    assert samples[2].value == 3.0
-
-
-def test_parse_engine_metrics_sums_engines():
-    text = "\n".join(
-        [
-            'vllm:num_requests_running{engine="0",model_name="m"} 5',
-            'vllm:num_requests_running{engine="1",model_name="m"} 7',
-            'vllm:num_requests_waiting{engine="0",model_name="m"} 2',
-            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
-            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
-            'vllm:generation_tokens_total{engine="0",model_name="m"} 100',
-            'vllm:cache_config_info{block_size="16",kv_cache_memory_bytes="1000"} 1',
-        ]
-    )
-    m = parse_engine_metrics(text)
-    assert m.running == 12
-    assert m.waiting == 2
-    assert m.kv_cache_usage == 0.5
-    assert m.generation_tokens_total == 100
-    assert m.prompt_tokens_total is None
-    assert m.kv_cache_memory_bytes == 1000.0
-    assert parse_engine_metrics("").running is None
-
-
-def _probe_with_requests(index: int, *, batch: float | None):
+def _probe_with_requests(index: int, *, batch: float | None, source: str | None = "metrics"):
     n = 4
     table = RequestTable(
         t_sched_s=[0.0] * n,
@@ -229,11 +140,11 @@ def _probe_with_requests(index: int, *, batch: float | None):
         output_tokens=1004,
         requests=table,
         running_batch_mean=batch,
-        batch_source="metrics" if batch is not None else None,
+        batch_source=source if batch is not None else None,
     )
 
 
-def test_estimate_for_probes_prefers_metrics_batch():
+def test_estimate_for_probes_uses_the_probes_running_batch():
     g = geometry_from_config(TINY)
     bw = RatedBandwidth(0.001, 1, "t")
     with_metrics = estimate_mbu_for_probes(
@@ -246,31 +157,35 @@ def test_estimate_for_probes_prefers_metrics_batch():
     assert with_metrics.batch_mean == 4.0
     assert with_metrics.output_tok_s == pytest.approx(2008 / 20)
     assert with_metrics.mean_context_tokens == pytest.approx(1000 + 251 / 2)
+    # Little's law as the probe computed it (tokenwatt.metrics.littles_law_batch), pooled.
+    by_law = estimate_mbu_for_probes(
+        [
+            _probe_with_requests(0, batch=1.0, source="littles_law"),
+            _probe_with_requests(1, batch=2.0, source="littles_law"),
+        ],
+        geometry=g,
+        bandwidth=bw,
+    )
+    assert by_law is not None
+    assert by_law.batch_source == "littles_law"
+    assert by_law.batch_mean == pytest.approx(1.5)
+    assert any("Little's law" in a for a in by_law.assumptions)
+    # One probe's metrics scrapes failed: the pooled figure is not labelled as metrics.
     mixed = estimate_mbu_for_probes(
-        [_probe_with_requests(0, batch=3.0), _probe_with_requests(1, batch=None)],
+        [
+            _probe_with_requests(0, batch=3.0),
+            _probe_with_requests(1, batch=1.0, source="littles_law"),
+        ],
         geometry=g,
         bandwidth=bw,
     )
     assert mixed is not None
     assert mixed.batch_source == "littles_law"
-    # 8 requests x 2.5 s of decoding over 20 s of windows
-    assert mixed.batch_mean == pytest.approx(1.0)
+    assert mixed.batch_mean == pytest.approx(2.0)
+    assert any("1 of them from the engine's metrics" in a for a in mixed.assumptions)
+    # No request table, or no running batch: nothing to estimate from.
     assert estimate_mbu_for_probes([factories.probe(0)], geometry=g, bandwidth=bw) is None
-
-
-def test_sampler_mean_over_window():
-    values = iter([3.0, 5.0, 7.0, 9.0, 11.0, 13.0])
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, text=f'vllm:num_requests_running{{engine="0"}} {next(values)}')
-
-    async def go() -> EngineMetricsSampler:
-        sampler = EngineMetricsSampler("http://sim/metrics", interval_s=0.0)
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            for _ in range(6):
-                await sampler.sample_once(client)
-        return sampler
-
-    sampler = asyncio.run(go())
-    assert sampler.mean_running(0, 2**63) == pytest.approx(8.0)
-    assert sampler.mean_running(0, 1) is None  # fewer than min_samples inside
+    assert (
+        estimate_mbu_for_probes([_probe_with_requests(0, batch=None)], geometry=g, bandwidth=bw)
+        is None
+    )

@@ -166,3 +166,8 @@ def test_littles_law_hand_worked():
     assert metrics.littles_law_batch([], 100, 200) == 0.0
     with pytest.raises(ValueError, match="after it starts"):
         metrics.littles_law_batch([], 100, 100)
+    # Decode phases of 0.9 s and 1.8 s inside a 2 s window: B = 2.7 / 2.
+    ms = 1_000_000
+    assert metrics.littles_law_batch(
+        [(100 * ms, 1000 * ms), (200 * ms, 2000 * ms)], 0, 2000 * ms
+    ) == (pytest.approx(1.35))

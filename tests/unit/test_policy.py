@@ -32,21 +32,22 @@ def test_status_published_is_not_trusted(seed_path):
     assert policy.check_result(ResultFile.model_validate(data))
 
 
-def test_result_meeting_every_minimum_is_publishable(seed_path):
+def _seed_meeting_every_minimum(seed_path):
     data = json.loads(seed_path.read_text())
     data["spec"]["measurement"].update(window_s=300, warmup_s=60, repeats=3)
     data["spec"]["accuracy"]["limit"] = 200
     for config in data["configs"]:
         config.update(repeats=3, slo_pass_count=3)
+    return data
+
+
+def test_result_meeting_every_minimum_is_publishable(seed_path):
+    data = _seed_meeting_every_minimum(seed_path)
     assert policy.check_result(ResultFile.model_validate(data)) == []
 
 
 def test_config_measurement_wins_over_the_spec(seed_path):
-    data = json.loads(seed_path.read_text())
-    data["spec"]["measurement"].update(window_s=300, warmup_s=60, repeats=3)
-    data["spec"]["accuracy"]["limit"] = 200
-    for config in data["configs"]:
-        config.update(repeats=3, slo_pass_count=3)
+    data = _seed_meeting_every_minimum(seed_path)
     result = ResultFile.model_validate(data)
     result.configs[1].measurement = ConfigMeasurement(
         warmup_s=5, window_s=20, repeats=1, accuracy_questions=10, quick=True

@@ -7,7 +7,7 @@ import pytest
 
 from tokenwatt.client.openai import RequestResult
 from tokenwatt.load._shard import ShardResult
-from tokenwatt.load.probe import build_probe_record, plan_workers, scrape_gauge
+from tokenwatt.load.probe import build_probe_record, plan_workers
 from tokenwatt.schema.spec import SloSpec
 
 MS = 1_000_000
@@ -145,20 +145,6 @@ def test_empty_window():
     assert r.window_requests == 0
     assert r.ttft_ms.count == 0
     assert not r.slo_pass
-
-
-def test_scrape_gauge_sums_label_sets():
-    text = (
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-        "# TYPE vllm:num_requests_running gauge\n"
-        'vllm:num_requests_running{engine="0",model_name="tiny"} 3.0\n'
-        'vllm:num_requests_running{engine="1",model_name="tiny"} 2.0\n'
-        'vllm:num_requests_running_total{engine="0"} 99.0\n'
-        "vllm:num_requests_waiting 7.0\n"
-    )
-    assert scrape_gauge(text, "vllm:num_requests_running") == 5.0
-    assert scrape_gauge("vllm:num_requests_running 4\n", "vllm:num_requests_running") == 4.0
-    assert scrape_gauge("nothing here", "vllm:num_requests_running") is None
 
 
 def test_plan_workers():

@@ -10,11 +10,13 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tokenwatt.errors import InputError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
+from tokenwatt.metrics import nearest_rank
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.engine import EngineConfig, EngineCore, SimRequest
 from tokenwatt.sim.offline import Arrival, simulate
@@ -93,8 +95,7 @@ def _arrivals(rate: float, duration_s: float, seed: int = 0) -> list[Arrival]:
 
 
 def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+    return nearest_rank(np.sort(np.asarray(values, dtype=np.float64)), 99.0)
 
 
 def _run(cfg: EngineConfig, rate: float, *, duration_s: float = 60.0, warmup_s: float = 10.0):

@@ -20,10 +20,10 @@ window start to the last window request's actual send, never less than ``window_
 rule compares achieved with *offered*: compared with the target, a Poisson window of 60 expected
 arrivals would fall under 97 % by chance about one time in three.
 
-Running batch: sampled from the engine's Prometheus ``vllm:num_requests_running`` during the
-window when a ``/metrics`` URL is given, else by Little's law: the time-average number of
-requests in their decode phase (first to last content chunk) inside the window, counting every
-request, not only window requests.
+Running batch (defined in :mod:`tokenwatt.metrics`): sampled from the engine's Prometheus
+``vllm:num_requests_running`` during the window by
+:func:`~tokenwatt.load.engine_metrics.sample_running_batch` when a ``/metrics`` URL is given and
+a sample arrives, else by Little's law over the requests' decode intervals.
 
 Sharding: with several workers, request ``i`` goes to worker process ``i mod W``. ``workers=None``
 picks W from the expected request and token rates (one event loop sustains about
@@ -40,17 +40,15 @@ import datetime as dt
 import logging
 import math
 import os
-import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
-
-import httpx
 
 from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.errors import EndpointError
 from tokenwatt.load._shard import DEFAULT_SPIN_S, ProbePlan, Shard
 from tokenwatt.load._workers import WorkerInit, WorkerPool
+from tokenwatt.load.engine_metrics import RUNNING_GAUGE, sample_running_batch
 from tokenwatt.load.record import build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
@@ -63,7 +61,6 @@ __all__ = [
     "build_probe_record",
     "plan_workers",
     "run_probe",
-    "scrape_gauge",
 ]
 
 logger = logging.getLogger(__name__)
@@ -75,8 +72,6 @@ EVENTS_PER_WORKER = 30_000.0
 """Streamed events per second one worker is planned for."""
 
 _START_LEAD_S = 0.2
-_METRICS_PERIOD_S = 0.25
-_RUNNING_GAUGE = "vllm:num_requests_running"
 _NS = 1e9
 
 
@@ -96,45 +91,6 @@ def plan_workers(
     by_requests = rate_rps / REQUESTS_PER_WORKER
     by_events = rate_rps * (mean_output_tokens + 2) / EVENTS_PER_WORKER
     return max(1, min(limit, math.ceil(max(by_requests, by_events))))
-
-
-# ---------------------------------------------------------------------------------------------
-# Engine metrics
-
-
-def scrape_gauge(text: str, name: str) -> float | None:
-    """Sum of a Prometheus gauge over its label sets in an exposition text (None if absent)."""
-    pattern = re.compile(
-        rf"^{re.escape(name)}(?:\{{[^}}]*\}})?[ \t]+([-+0-9.eE]+|NaN|[+-]Inf)", re.MULTILINE
-    )
-    values = [float(v) for v in pattern.findall(text)]
-    values = [v for v in values if math.isfinite(v)]
-    return sum(values) if values else None
-
-
-async def _sample_running(
-    url: str, start_ns: int, end_ns: int, samples: list[float], errors: list[str]
-) -> None:
-    """Sample the engine's running-request gauge inside [start_ns, end_ns)."""
-    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as http:
-        delay = (start_ns - time.monotonic_ns()) / _NS
-        if delay > 0:
-            await asyncio.sleep(delay)
-        while time.monotonic_ns() < end_ns:
-            t_ns = time.monotonic_ns()
-            try:
-                response = await http.get(url)
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-            else:
-                value = scrape_gauge(response.text, _RUNNING_GAUGE)
-                if value is None:
-                    errors.append(f"{_RUNNING_GAUGE} not found in {url}")
-                elif time.monotonic_ns() < end_ns:
-                    samples.append(value)
-            next_ns = t_ns + int(_METRICS_PERIOD_S * _NS)
-            await asyncio.sleep(max(0.0, (min(next_ns, end_ns) - time.monotonic_ns()) / _NS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +358,9 @@ class LoadGenerator:
         sampler: asyncio.Task[None] | None = None
         if self.metrics_url is not None:
             sampler = asyncio.get_running_loop().create_task(
-                _sample_running(self.metrics_url, window_start_ns, window_end_ns, samples, errors)
+                sample_running_batch(
+                    self.metrics_url, window_start_ns, window_end_ns, samples, errors
+                )
             )
         logger.info(
             "probe %d (%s): %.3f req/s, warm-up %g s, window %g s, %d worker(s)",
@@ -448,7 +406,7 @@ class LoadGenerator:
             if errors and not samples:
                 logger.warning(
                     "no %s samples from %s (%s): running batch from Little's law instead",
-                    _RUNNING_GAUGE,
+                    RUNNING_GAUGE,
                     self.metrics_url,
                     errors[0],
                 )

@@ -10,12 +10,13 @@ none):
   an NVML bitmask, OR-ed over the GPUs: the clock-event reasons;
 - ``DCGM_FI_DEV_POWER_MGMT_LIMIT`` (W), summed once: the power limit.
 
-Labels are matched by name, never by position (exporters and node-exporter's textfile
-collector order them differently), numbers may be in exponent form, and a counter may also
-appear with a ``_total`` suffix. Two series for the same GPU (e.g. two hosts behind one
-endpoint) are an error, not a sum. dcgm-exporter refreshes its values every 30 s by default
-(``-c``): sampling faster repeats values; the energy counter is then read only where it
-changes.
+The page is read by :func:`tokenwatt.promtext.parse`: labels are matched by name, never by
+position (exporters and node-exporter's textfile collector order them differently), numbers
+may be in exponent form, and a counter is found with or without its ``_total`` suffix. A page
+that does not parse is a :class:`~tokenwatt.errors.PowerError` naming the line, never a zero.
+Two series for the same GPU (e.g. two hosts behind one endpoint) are an error, not a sum.
+dcgm-exporter refreshes its values every 30 s by default (``-c``): sampling faster repeats
+values; the energy counter is then read only where it changes.
 
 The embedded simulator serves the same names on its ``/metrics``; against it, a spec may omit
 ``power.url`` and :func:`~tokenwatt.power.base.build_source` is given the simulator's URL.
@@ -25,15 +26,14 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import httpx
 
 from tokenwatt.errors import PowerError
 from tokenwatt.power.base import BuildContext, PowerSource, Reading, register_source
 from tokenwatt.power.board import reason_names
+from tokenwatt.promtext import Sample, parse
 from tokenwatt.schema.spec import PowerSpec
 
 __all__ = [
@@ -41,9 +41,7 @@ __all__ = [
     "LIMIT_METRIC",
     "POWER_METRIC",
     "REASON_METRICS",
-    "MetricSample",
     "PrometheusSource",
-    "parse_exposition",
 ]
 
 logger = logging.getLogger(__name__)
@@ -53,80 +51,8 @@ ENERGY_METRIC = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 REASON_METRICS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
 LIMIT_METRIC = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*\"")
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
-
-@dataclass(frozen=True)
-class MetricSample:
-    """One line of the Prometheus text format."""
-
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def _parse_labels(line: str, pos: int, lineno: int) -> tuple[dict[str, str], int]:
-    """Labels from ``line[pos]`` == ``{``; returns them and the position after ``}``."""
-    labels: dict[str, str] = {}
-    pos += 1
-    while True:
-        while pos < len(line) and line[pos] in " ,":
-            pos += 1
-        if pos < len(line) and line[pos] == "}":
-            return labels, pos + 1
-        match = _LABEL_NAME.match(line, pos)
-        if not match:
-            raise ValueError(f"line {lineno}: bad label at column {pos + 1}")
-        pos = match.end()
-        chars: list[str] = []
-        while True:
-            if pos >= len(line):
-                raise ValueError(f"line {lineno}: unterminated label value")
-            char = line[pos]
-            if char == "\\" and pos + 1 < len(line):
-                chars.append(_ESCAPES.get(line[pos + 1], "\\" + line[pos + 1]))
-                pos += 2
-            elif char == '"':
-                pos += 1
-                break
-            else:
-                chars.append(char)
-                pos += 1
-        labels[match.group(1)] = "".join(chars)
-
-
-def parse_exposition(text: str) -> list[MetricSample]:
-    """Every sample of a Prometheus text-format page (comments and timestamps ignored).
-
-    Raises:
-        ValueError: a line that is not in the format (naming the line).
-    """
-    samples: list[MetricSample] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _NAME.match(line)
-        if not match:
-            raise ValueError(f"line {lineno}: no metric name in {line[:80]!r}")
-        pos = match.end()
-        labels: dict[str, str] = {}
-        if pos < len(line) and line[pos] == "{":
-            labels, pos = _parse_labels(line, pos, lineno)
-        fields = line[pos:].split()
-        if not fields:
-            raise ValueError(f"line {lineno}: no value in {line[:80]!r}")
-        try:
-            value = float(fields[0])
-        except ValueError as exc:
-            raise ValueError(f"line {lineno}: value {fields[0]!r} is not a number") from exc
-        samples.append(MetricSample(match.group(0), labels, value))
-    return samples
-
-
-def _family(samples: Sequence[MetricSample], name: str) -> list[MetricSample]:
+def _family(samples: Sequence[Sample], name: str) -> list[Sample]:
     return [s for s in samples if s.name in (name, f"{name}_total")]
 
 
@@ -169,7 +95,7 @@ class PrometheusSource(PowerSource):
             )
         return cls(url=url, gpu_indices=context.gpu_indices)
 
-    def _scrape(self) -> list[MetricSample]:
+    def _scrape(self) -> list[Sample]:
         if self._client is None:
             raise PowerError("prometheus source used before open()")
         try:
@@ -181,12 +107,12 @@ class PrometheusSource(PowerSource):
         if response.is_error:
             raise PowerError(f"HTTP {response.status_code} from {self.url}")
         try:
-            return parse_exposition(response.text)
+            return parse(response.text)
         except ValueError as exc:
             raise PowerError(f"{self.url} is not in the Prometheus text format: {exc}") from exc
 
     def _by_gpu(
-        self, samples: Sequence[MetricSample], name: str, *, required: bool
+        self, samples: Sequence[Sample], name: str, *, required: bool
     ) -> dict[str, float] | None:
         """The metric's value per GPU in use; None (or an error if required) when incomplete."""
         values: dict[str, float] = {}

@@ -8,16 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import wait_for
 from tokenwatt.errors import PowerError
 from tokenwatt.power import CommandSource, PowerSampler, build_source
 from tokenwatt.schema.spec import PowerSpec
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def put(path: Path, text: str) -> None:

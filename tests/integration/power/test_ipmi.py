@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-import time
 
 import pytest
 
+from tests import peers
 from tokenwatt.errors import PowerError
 from tokenwatt.power import IpmiSource, PowerSampler, build_source
 from tokenwatt.schema.spec import PowerSpec
+
+# ipmi_sim answers more slowly than the other peers.
+wait_for = functools.partial(peers.wait_for, timeout_s=15.0)
 
 pytestmark = pytest.mark.peer
 
@@ -24,13 +28,6 @@ def spec(port: int) -> PowerSpec:
         password_env="TW_IPMI_PASS",
         sampling_hz=5,
     )
-
-
-def wait_for(predicate, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.peers import serve_text, wait_for
 from tokenwatt import energy
 from tokenwatt.errors import PowerError
 from tokenwatt.power import PowerSampler, build_source
@@ -54,13 +55,6 @@ def dcgm(
 
 def spec(url: str) -> PowerSpec:
     return PowerSpec(source="prometheus", url=url, sampling_hz=10)
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_node_exporter_really_re_sorts_labels_and_uses_exponents(node_exporter):
@@ -170,3 +164,16 @@ def test_missing_gpu_and_ambiguous_series_are_errors(node_exporter):
     node_exporter.write("up 1\n")
     with pytest.raises(PowerError, match="serves no DCGM_FI_DEV_POWER_USAGE"):
         build_source(spec(node_exporter.url)).open()
+
+
+def test_a_page_out_of_format_is_a_power_error_naming_the_line():
+    # node-exporter refuses to serve a broken textfile, so a plain HTTP server serves this one.
+    page = {"body": dcgm({0: 300.0})}
+    with serve_text(lambda: page["body"]) as url:
+        with build_source(spec(url)) as source:
+            assert source.read().watts == 300.0
+            page["body"] = page["body"].replace(" 300.0", " 3OO")
+            with pytest.raises(PowerError, match=r"not in the Prometheus text format: line 3: "):
+                source.read()
+        with pytest.raises(PowerError, match=r"line 3: value is not a number"):
+            build_source(spec(url)).open()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import wait_for
 from tokenwatt import energy
 from tokenwatt.errors import PowerError
 from tokenwatt.power import PowerSampler, RedfishSource, build_source
@@ -24,13 +25,6 @@ SECRET = "Tw-s3cret-Pa55"
 
 def spec(url: str, **kw) -> PowerSpec:
     return PowerSpec(source="redfish", url=url, sampling_hz=10, **kw)
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_sushy_reading_follows_the_bmc_while_sampling(start_redfish):

@@ -1,4 +1,7 @@
-"""Pure pieces of the power sources: output parsers, reason names, the registry."""
+"""Pure pieces of the power sources: output parsers, reason names, the registry.
+
+The Prometheus text format is read by tokenwatt.promtext (tests/unit/test_promtext.py).
+"""
 
 from __future__ import annotations
 
@@ -18,54 +21,7 @@ from tokenwatt.power import (
 )
 from tokenwatt.power.command import extract_watts
 from tokenwatt.power.ipmi import parse_dcmi_power_reading, split_host
-from tokenwatt.power.prometheus import parse_exposition
 from tokenwatt.schema.spec import PowerSpec
-
-# -- prometheus text format ---------------------------------------------------------------------
-
-NODE_EXPORTER_STYLE = r"""
-# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
-# TYPE DCGM_FI_DEV_POWER_USAGE gauge
-DCGM_FI_DEV_POWER_USAGE{Hostname="sim",UUID="GPU-0",device="nvidia0",gpu="0",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"} 412.5
-DCGM_FI_DEV_POWER_USAGE{gpu="1", modelName="quote \" and \\ and \n",} 3.875e+02 1700000000000
-DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total{gpu="0"} 1.23456789e+08
-up 1
-weird NaN
-"""
-
-
-def test_parse_exposition_matches_labels_by_name_and_reads_exponents():
-    samples = parse_exposition(NODE_EXPORTER_STYLE)
-    assert [s.name for s in samples] == [
-        "DCGM_FI_DEV_POWER_USAGE",
-        "DCGM_FI_DEV_POWER_USAGE",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total",
-        "up",
-        "weird",
-    ]
-    assert samples[0].labels["gpu"] == "0"
-    assert samples[0].value == 412.5
-    assert samples[0].labels["modelName"] == "NVIDIA H100 80GB HBM3"
-    assert samples[1].value == 387.5  # exponent form, timestamp ignored
-    assert samples[1].labels["modelName"] == 'quote " and \\ and \n'
-    assert samples[2].value == 123456789.0
-    assert samples[4].value != samples[4].value  # NaN parsed, not an error
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ('x{gpu="0} 1', "unterminated"),
-        ('x{0gpu="1"} 1', "bad label"),
-        ("x 12abc", "not a number"),
-        ('{gpu="0"} 1', "no metric name"),
-        ('x{gpu="0"}', "no value"),
-    ],
-)
-def test_parse_exposition_names_the_bad_line(text, message):
-    with pytest.raises(ValueError, match=f"line 1: .*{message}"):
-        parse_exposition(text)
-
 
 # -- command output ------------------------------------------------------------------------------
 
