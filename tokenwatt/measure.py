@@ -61,6 +61,7 @@ from tokenwatt.sweep import ProbePlan, Sweep
 
 __all__ = [
     "QUICK",
+    "TERMINATED",
     "MeasureOptions",
     "Progress",
     "QuickLimits",
@@ -90,6 +91,9 @@ class QuickLimits:
 
 
 QUICK = QuickLimits()
+
+TERMINATED = "SIGTERM"
+"""Cancel message of the measurement task when SIGTERM stops it (the CLI sends it)."""
 
 
 class Progress(Protocol):
@@ -155,15 +159,27 @@ def effective_settings(
 
 
 def _check_writable(out: Path) -> None:
-    """Fail before any load if the run file could not be written."""
+    """Fail before any load if the run file could not be written; leave nothing behind.
+
+    Folders missing on the way to ``out`` are created for the test and removed again (the run
+    file's own write creates them at the end), so a failed pre-flight writes nothing.
+    """
     if out.is_dir():
         raise InputError(f"{out}: is a folder; --out must name a file")
+    created: list[Path] = []
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        missing = [p for p in [out.parent, *out.parent.parents] if not p.exists()]
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
         with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
             pass
     except OSError as exc:
         raise InputError(f"{out}: cannot write here: {exc.strerror or exc}") from None
+    finally:
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _sim_gpus(spec: Spec) -> list[GpuInfo]:
@@ -396,6 +412,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                     slo=spec.slo,
                     attempt=plan.attempt,
                     repeat=plan.repeat,
+                    early_stop=eff_s.early_stop,
                 )
                 state.probe_ns.append(time.monotonic_ns() - t0)
                 state.probes.append(record)
@@ -408,15 +425,15 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         progress.phase("writing", str(opts.out))
         save_run(run, opts.out)
         return run
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        if not started_load and not state.probes and state.accuracy is None:
-            raise Interrupted("interrupted during pre-flight; nothing was written") from None
-        _finish_partial(
-            opts, state, sweep, sampler, spec, eff_m, "interrupted by the user (Ctrl-C)"
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        cause = (
+            "terminated (SIGTERM)" if TERMINATED in exc.args else "interrupted by the user (Ctrl-C)"
         )
+        if not started_load and not state.probes and state.accuracy is None:
+            raise Interrupted(f"{cause} during pre-flight; nothing was written") from None
+        _finish_partial(opts, state, sweep, sampler, spec, eff_m, cause)
         raise Interrupted(
-            f"interrupted: {len(state.probes)} probe(s) measured; {opts.out} written, marked"
-            " incomplete"
+            f"{cause}: {len(state.probes)} probe(s) measured; {opts.out} written, marked incomplete"
         ) from None
     except TokenwattError as exc:
         if state.probes:

@@ -39,6 +39,7 @@ __all__ = [
     "PERCENTILES",
     "TableColumn",
     "client_bound_reasons",
+    "exceeding_to_fail",
     "failures_by_cause",
     "goodput_tok_s",
     "latency_stats",
@@ -84,6 +85,26 @@ def nearest_rank(sorted_values: npt.NDArray[np.float64], p: float) -> float:
     # round to 9 decimals before ceil so exact ranks stay exact.
     rank = max(1, math.ceil(round(p / 100.0 * n, 9)))
     return float(sorted_values[min(rank, n) - 1])
+
+
+def exceeding_to_fail(n: int, p: float = 99.0) -> int:
+    """How many of n values must exceed a bound for their p-th percentile to exceed it.
+
+    The nearest-rank percentile is the value of rank k = ceil(p/100 n) in ascending order, so it
+    exceeds a bound exactly when more than n - k values do: n - k + 1 are enough, whatever the
+    others are. A probe's early stop (``sweep.early_stop``) uses this with the window-request
+    count, known from the schedule before the probe starts. Fewer values than n (TPOT leaves out
+    one-token answers) never need more: n - ceil(p/100 n) does not decrease with n.
+
+    Raises:
+        ValueError: n < 1, or p outside (0, 100].
+    """
+    if n < 1:
+        raise ValueError(f"need at least one value, got n = {n}")
+    if not 0.0 < p <= 100.0:
+        raise ValueError(f"percentile {p} is outside (0, 100]")
+    rank = max(1, math.ceil(round(p / 100.0 * n, 9)))  # as nearest_rank computes it
+    return n - min(rank, n) + 1
 
 
 def _as_array(values: Sequence[float | None] | npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

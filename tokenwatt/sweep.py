@@ -17,6 +17,34 @@ rate is the first whose repeats all pass; if none does, the run has no confirmed
 
 A client-bound probe never passes (DESIGN.md, "Probe"), so the sweep treats it as a fail.
 
+**Probe-seconds.** GPU time is money: the run file records the wall time of every probe
+(``outcome.probe_seconds``, of which ``search_probe_seconds`` went to the search), and
+``measure`` prints it. A probe costs its warm-up, its window and its drain (arrivals go on until
+the last window request has finished). Past the boundary the drain is the expensive part: the
+queue built up during the window must empty, at the slow pace of an overloaded server.
+
+**Early stop** (``sweep.early_stop: true``; off by default, so the seed's protocol stays the
+default). A probe is stopped the moment it has provably failed. The number N of window requests
+is known before the probe starts (the arrival schedule is drawn in advance), and the
+nearest-rank p99 of N values exceeds a bound as soon as N - ceil(0.99 N) + 1 of them do,
+whatever the others turn out to be (one request for N up to 99, two for N = 100, seven for
+N = 600). A window request counts against the TTFT bound when its first token came later than
+the bound, when it failed (failures are +inf), or when it is still waiting for its first token
+after the bound has passed (with ``ignore_eos``, where every successful request produces text);
+against the TPOT bound when it finished over it or failed. Once either count reaches that
+number, the load stops: window requests in flight are cancelled and counted as +inf, those not
+yet due are never sent, and the probe record says so (``early_stop``: when, N, the count needed
+and reached, requests cut and never sent). Such a probe never passes.
+
+The trade-off: the sweep's decisions are the same (a probe is only stopped when its verdict can
+no longer change, so a server that behaves the same is probed at the same rates and the same
+rate is found), and failing probes cost seconds instead of window plus drain. What is lost is
+the failing probe's own latency profile: its percentiles cover the requests sent before the stop
+with the cut ones as +inf, so the page's latency-versus-rate curve has no finite point there,
+only "over the SLO". Passing probes (every confirmation that is accepted, and so every figure
+of the result) are never touched. ``benchmarks/sweep_cost.py`` measures both protocols on the
+simulator; the figures are in ``benchmarks/README.md``.
+
 The module decides; it never sends a request. :class:`Sweep` hands out :class:`ProbePlan` s and
 is told whether each passed, so the same code drives real measurements, the simulator and tests.
 """

@@ -26,7 +26,7 @@ from typing_extensions import override
 
 from tokenwatt import store
 from tokenwatt.cli._common import err_console, escape, out_console
-from tokenwatt.measure import MeasureOptions, Progress, measure
+from tokenwatt.measure import TERMINATED, MeasureOptions, Progress, measure
 from tokenwatt.report import quote_arg
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
@@ -143,11 +143,16 @@ class LogProgress(_Base):
             self.probe_seconds += time.monotonic() - self._probe_t0
         verdict = "PASS" if record.slo_pass else "FAIL"
         bound = " CLIENT-BOUND" if record.client_bound else ""
+        failed = f"{record.failed} failed"
+        if record.early_stop is not None:
+            bound += " (stopped early: provably over the SLO)"
+            cut = record.early_stop.cut_window_requests
+            failed = f"{record.failed - cut} failed, {cut} cut at the stop"
         self.console.print(
             f"[{self.elapsed()}] probe {record.index}: {verdict}{bound}  p99 TTFT"
             f" {_ms(record.ttft_ms.p99)}/{self.slo.ttft_p99_ms:g} ms, p99 TPOT"
             f" {_ms(record.tpot_ms.p99)}/{self.slo.tpot_p99_ms:g} ms, goodput"
-            f" {record.goodput_tok_s:,.1f} tok/s, {record.failed} failed"
+            f" {record.goodput_tok_s:,.1f} tok/s, {failed}"
         )
 
 
@@ -196,6 +201,7 @@ class JsonProgress(_Base):
             goodput_tok_s=record.goodput_tok_s,
             failed=record.failed,
             send_lag_p99_ms=record.send_lag_p99_ms,
+            stopped_early=record.early_stop is not None,
         )
 
 
@@ -248,7 +254,8 @@ class TerminalProgress(_Base):
                 str(r.failed),
                 Text(
                     ("pass" if r.slo_pass else "FAIL")
-                    + (" client-bound" if r.client_bound else ""),
+                    + (" client-bound" if r.client_bound else "")
+                    + (" stopped early" if r.early_stop is not None else ""),
                     style="green" if r.slo_pass else "red",
                 ),
             )
@@ -289,7 +296,7 @@ async def run_until_signal(work: Awaitable[T]) -> T:
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    loop.add_signal_handler(signal.SIGTERM, task.cancel, TERMINATED)
     try:
         return await work
     finally:

@@ -321,6 +321,11 @@ class StreamState:
         """The result has been delivered."""
         return self._done
 
+    @property
+    def t_first_ns(self) -> int | None:
+        """Arrival of the first chunk with output text so far (None before it)."""
+        return self._t_first
+
     # -- transport sink ---------------------------------------------------------------------
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:

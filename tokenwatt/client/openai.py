@@ -163,6 +163,11 @@ class Submitted:
         """The result has been delivered."""
         return self._state.finished
 
+    @property
+    def t_first_ns(self) -> int | None:
+        """Arrival of the first chunk with output text so far (None while waiting for it)."""
+        return self._state.t_first_ns
+
     def _stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

@@ -16,6 +16,12 @@ response callback keeps running). The request is then written synchronously
 (:meth:`OpenAIClient.submit`), so the send lag is the sender's lateness, no more. And when the
 loop is busy reading responses as a request falls due, a hook that runs before each network read
 sends it there and then, instead of after the whole batch of ready callbacks.
+
+Early stop (``sweep.early_stop``): with an :class:`EarlyStopRule` in the plan, the shard counts
+its window requests known to exceed the TTFT bound (finished over it, failed, or still without a
+first token once the bound has passed) and the TPOT bound (finished over it, or failed), and
+reports both counts on every change. Whoever sums the shards' counts (:class:`ExceedTally`)
+stops the probe once either reaches the number that proves the p99 over its bound.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tokenwatt.client.openai import OpenAIClient, PreparedRequest, RequestResult
+from tokenwatt.client.openai import OpenAIClient, PreparedRequest, RequestResult, Submitted
 from tokenwatt.load.workload import Workload
 
 __all__ = [
+    "EarlyStopRule",
+    "ExceedTally",
     "ProbePlan",
     "Shard",
     "ShardResult",
@@ -92,6 +100,71 @@ _NEVER = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
+class EarlyStopRule:
+    """When a window request counts against the SLO before the probe is over."""
+
+    ttft_ms: float
+    """TTFT bound: a window request over it (or failed) counts."""
+    tpot_ms: float
+    """TPOT bound: a finished window request over it (or failed) counts."""
+    count_waiting: bool = True
+    """A request still without output text once ``ttft_ms`` has passed counts as over the TTFT
+    bound. Sound only when every successful request produces text (``ignore_eos``): a request
+    that legitimately ends with no text has no TTFT and is left out of the percentile."""
+
+
+class ExceedTally:
+    """Sums the shards' counts of window requests over a bound; says when p99 is proven over.
+
+    Args:
+        shards: how many shards report.
+        needed: window requests over one bound that prove the p99 over it
+            (:func:`tokenwatt.metrics.exceeding_to_fail` of the planned window requests).
+    """
+
+    def __init__(self, shards: int, needed: int) -> None:
+        if needed < 1:
+            raise ValueError("needed must be at least 1")
+        self.needed = needed
+        self._ttft = [0] * shards
+        self._tpot = [0] * shards
+        self.stopped_ns: int | None = None
+        """Monotonic clock when the count first reached ``needed`` (None if it never did)."""
+
+    @property
+    def ttft_exceeding(self) -> int:
+        """Window requests known to exceed the TTFT bound, over all shards."""
+        return sum(self._ttft)
+
+    @property
+    def tpot_exceeding(self) -> int:
+        """Window requests known to exceed the TPOT bound, over all shards."""
+        return sum(self._tpot)
+
+    def update(self, shard: int, ttft_exceeding: int, tpot_exceeding: int) -> bool:
+        """Record a shard's counts; True exactly once: when the probe is first proven failed."""
+        self._ttft[shard] = max(self._ttft[shard], ttft_exceeding)
+        self._tpot[shard] = max(self._tpot[shard], tpot_exceeding)
+        if self.stopped_ns is not None:
+            return False
+        if max(self.ttft_exceeding, self.tpot_exceeding) >= self.needed:
+            self.stopped_ns = time.monotonic_ns()
+            return True
+        return False
+
+
+class _Watched:
+    """A window request watched for the early stop."""
+
+    __slots__ = ("submitted", "timer", "ttft_counted")
+
+    def __init__(self) -> None:
+        self.submitted: Submitted | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.ttft_counted = False
+
+
+@dataclass(frozen=True, slots=True)
 class ProbePlan:
     """What one shard runs for one probe."""
 
@@ -105,6 +178,8 @@ class ProbePlan:
     shards: int = 1
     max_concurrency: int = 8192
     """This shard's share of the concurrency cap."""
+    early_stop: EarlyStopRule | None = None
+    """Count window requests over the SLO as they finish (``sweep.early_stop``)."""
 
 
 @dataclass(slots=True)
@@ -126,6 +201,12 @@ class ShardResult:
     """CPU time this shard's process spent during the probe, s."""
     preemptions: int = 0
     """Involuntary context switches of this shard's process during the probe (CPU contention)."""
+    ttft_exceeding: int = 0
+    """Early stop: window requests known to exceed the TTFT bound (or failed)."""
+    tpot_exceeding: int = 0
+    """Early stop: window requests known to exceed the TPOT bound (or failed)."""
+    window_cut: int = 0
+    """Window requests still in flight when the shard was stopped (cancelled)."""
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -159,6 +240,9 @@ class Shard:
         self._all_window_scheduled = False
         self._window_done_sent = False
         self._on_window_done: Callable[[], None] = lambda: None
+        self._rule: EarlyStopRule | None = None
+        self._on_exceed: Callable[[int, int], None] = lambda ttft, tpot: None
+        self._watched: set[_Watched] = set()
         self._result = ShardResult()
 
     def stop(self) -> None:
@@ -167,11 +251,19 @@ class Shard:
         if self._wake_future is not None:
             _wake(self._wake_future)
 
-    async def run(self, plan: ProbePlan, *, on_window_done: Callable[[], None]) -> ShardResult:
+    async def run(
+        self,
+        plan: ProbePlan,
+        *,
+        on_window_done: Callable[[], None],
+        on_exceed: Callable[[int, int], None] | None = None,
+    ) -> ShardResult:
         """Send this shard's share of the schedule until :meth:`stop`; return what was measured.
 
         ``on_window_done`` is called once, when every window request of this shard has finished
-        (with one shard, it should call :meth:`stop`).
+        (with one shard, it should call :meth:`stop`). With ``plan.early_stop``, ``on_exceed``
+        receives this shard's counts of window requests over the TTFT and TPOT bounds each time
+        one of them grows.
         """
         self._stopped = False
         self._queue.clear()
@@ -181,6 +273,9 @@ class Shard:
         self._all_window_scheduled = False
         self._window_done_sent = False
         self._on_window_done = on_window_done
+        self._rule = plan.early_stop
+        self._on_exceed = on_exceed or (lambda ttft, tpot: None)
+        self._watched.clear()
         self._result = result = ShardResult()
         warm_ns = round(plan.warmup_s * 1e9)
         end_ns = warm_ns + round(plan.window_s * 1e9)
@@ -233,7 +328,15 @@ class Shard:
             self._due_ns = _NEVER
             self.client.set_io_hook(None)
             self._queue.clear()
-            self.client.cancel_all("the probe's window requests have all finished")
+            for watched in self._watched:
+                if watched.timer is not None:
+                    watched.timer.cancel()
+            self._watched.clear()
+            self.client.cancel_all(
+                "the probe was stopped before this window request finished"
+                if self._window_pending
+                else "the probe's window requests have all finished"
+            )
         return result
 
     def _io_hook(self) -> None:
@@ -288,17 +391,66 @@ class Shard:
             result.slot_waits += 1
             result.slot_wait_ns += wait_ns
 
+        rule = self._rule if in_window else None
+        watched = _Watched() if rule is not None else None
+
         def done(record: RequestResult) -> None:
-            self._done(record, in_window)
+            self._done(record, in_window, watched)
 
-        self.client.submit(prepared, done, t_sched_ns=t_sched, slot_wait_ns=wait_ns)
+        submitted = self.client.submit(prepared, done, t_sched_ns=t_sched, slot_wait_ns=wait_ns)
+        if rule is not None and watched is not None and rule.count_waiting and not submitted.done:
+            watched.submitted = submitted
+            watched.timer = asyncio.get_running_loop().call_later(
+                rule.ttft_ms / 1000.0, self._ttft_due, watched
+            )
+            self._watched.add(watched)
 
-    def _done(self, record: RequestResult, in_window: bool) -> None:
+    def _ttft_due(self, watched: _Watched) -> None:
+        # The TTFT bound has passed since the send: no output text yet means TTFT over it.
+        watched.timer = None
+        self._watched.discard(watched)
+        submitted = watched.submitted
+        if self._stopped or submitted is None or submitted.done:
+            return
+        if submitted.t_first_ns is not None:
+            return
+        watched.ttft_counted = True
+        result = self._result
+        result.ttft_exceeding += 1
+        self._on_exceed(result.ttft_exceeding, result.tpot_exceeding)
+
+    def _count_exceeding(self, record: RequestResult, watched: _Watched) -> None:
+        rule = self._rule
+        if watched.timer is not None:
+            watched.timer.cancel()
+            watched.timer = None
+            self._watched.discard(watched)
+        if rule is None or self._stopped:
+            return
+        result = self._result
+        ttft, tpot = record.ttft_ms, record.tpot_ms
+        ttft_over = not record.ok or (ttft is not None and ttft > rule.ttft_ms)
+        tpot_over = not record.ok or (tpot is not None and tpot > rule.tpot_ms)
+        grew = False
+        if ttft_over and not watched.ttft_counted:
+            result.ttft_exceeding += 1
+            grew = True
+        if tpot_over:
+            result.tpot_exceeding += 1
+            grew = True
+        if grew:
+            self._on_exceed(result.ttft_exceeding, result.tpot_exceeding)
+
+    def _done(self, record: RequestResult, in_window: bool, watched: _Watched | None) -> None:
         self._in_flight -= 1
         first, last = record.t_first_ns, record.t_last_ns
         if first is not None and last is not None and last > first:
             self._result.decode_intervals.append((first, last))
         if in_window:
+            if watched is not None:
+                self._count_exceeding(record, watched)
+            if self._stopped and record.status == "cancelled":
+                self._result.window_cut += 1
             self._result.window.append(record)
             self._window_pending -= 1
             self._check_window()

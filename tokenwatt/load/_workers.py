@@ -1,7 +1,8 @@
 """Worker processes: each runs one :class:`~tokenwatt.load._shard.Shard` on its own event loop.
 
 The parent talks to them over pipes: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``
-in; ``("ready", pid)``, ``("window_done",)``, ``("result", ShardResult)``, ``("error", text)``
+in; ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot)`` (early stop: the
+shard's counts of window requests over the SLO), ``("result", ShardResult)``, ``("error", text)``
 out. Workers ignore SIGINT (Ctrl-C reaches the whole process group; the parent decides how
 they stop) and exit when the parent's end of the pipe closes.
 """
@@ -24,6 +25,7 @@ from typing import Any
 from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.errors import TokenwattError
 from tokenwatt.load._shard import (
+    ExceedTally,
     ProbePlan,
     Shard,
     ShardResult,
@@ -61,8 +63,8 @@ def worker_main(conn: Connection, init: WorkerInit) -> None:
     """Entry point of a worker process: serve probe commands until told to exit.
 
     Messages in: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``.
-    Messages out: ``("ready", pid)``, ``("window_done",)``, ``("result", ShardResult)``,
-    ``("error", text)``.
+    Messages out: ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot)``,
+    ``("result", ShardResult)``, ``("error", text)``.
     """
     # Ctrl-C reaches the whole process group; the parent decides how workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -101,7 +103,11 @@ async def _serve(conn: Connection, init: WorkerInit) -> None:
 
         async def run(plan: ProbePlan) -> None:
             try:
-                result = await shard.run(plan, on_window_done=lambda: conn.send(("window_done",)))
+                result = await shard.run(
+                    plan,
+                    on_window_done=lambda: conn.send(("window_done",)),
+                    on_exceed=lambda ttft, tpot: conn.send(("exceed", ttft, tpot)),
+                )
             except (OSError, ValueError, RuntimeError) as exc:
                 conn.send(("error", f"worker {plan.shard}: {type(exc).__name__}: {exc}"))
                 return
@@ -124,13 +130,17 @@ async def _serve(conn: Connection, init: WorkerInit) -> None:
 
 
 class WorkerPool:
-    """W worker processes, each with its own event loop and client."""
+    """W worker processes, each with its own event loop and client.
+
+    Every worker's messages arrive in one inbox, tagged with the worker's number, in the order
+    each worker sent them.
+    """
 
     def __init__(self, inits: Sequence[WorkerInit]) -> None:
         self._inits = list(inits)
         self._procs: list[BaseProcess] = []
         self._conns: list[Connection] = []
-        self._inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
+        self._inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]] = asyncio.Queue()
 
     def __len__(self) -> int:
         return len(self._inits)
@@ -138,36 +148,37 @@ class WorkerPool:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         context = multiprocessing.get_context("spawn")
-        for init in self._inits:
+        for w, init in enumerate(self._inits):
             parent, child = context.Pipe()
             proc = context.Process(target=worker_main, args=(child, init), daemon=True)
             proc.start()
             child.close()
-            inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-            loop.add_reader(parent.fileno(), self._reader(parent, inbox))
+            loop.add_reader(parent.fileno(), self._reader(w, parent, self._inbox))
             self._procs.append(proc)
             self._conns.append(parent)
-            self._inboxes.append(inbox)
-        for w in range(len(self._inits)):
-            message = await self._receive(w, timeout_s=_WORKER_START_TIMEOUT_S)
+        starting = set(range(len(self._inits)))
+        while starting:
+            w, message = await self._receive(timeout_s=_WORKER_START_TIMEOUT_S)
             if message[0] != "ready":
                 raise TokenwattError(f"load worker {w} did not start: {message}")
+            starting.discard(w)
         logger.info("started %d load worker processes", len(self._inits))
 
     @staticmethod
-    def _reader(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]]) -> Any:
+    def _reader(w: int, conn: Connection, inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]]) -> Any:
         def readable() -> None:
             try:
-                inbox.put_nowait(conn.recv())
+                inbox.put_nowait((w, conn.recv()))
             except (EOFError, OSError):
                 asyncio.get_running_loop().remove_reader(conn.fileno())
-                inbox.put_nowait(("dead",))
+                inbox.put_nowait((w, ("dead",)))
 
         return readable
 
-    async def _receive(self, w: int, *, timeout_s: float | None = None) -> tuple[Any, ...]:
+    async def _receive(self, *, timeout_s: float | None = None) -> tuple[int, tuple[Any, ...]]:
+        """The next message from any worker; a dead or failed worker raises."""
         async with asyncio.timeout(timeout_s):
-            message = await self._inboxes[w].get()
+            w, message = await self._inbox.get()
         if message[0] == "dead":
             self._procs[w].join(0.5)  # reap it, for its exit code
             raise TokenwattError(
@@ -176,27 +187,45 @@ class WorkerPool:
             )
         if message[0] == "error":
             raise TokenwattError(f"load worker failed: {message[1]}")
-        return message
+        return w, message
 
     def _send_all(self, message: tuple[Any, ...]) -> None:
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(message)
 
-    async def run(self, plans: Sequence[ProbePlan]) -> list[ShardResult]:
+    async def run(
+        self, plans: Sequence[ProbePlan], *, tally: ExceedTally | None = None
+    ) -> list[ShardResult]:
+        """Run one probe on every worker; stop them all once every window is done.
+
+        With ``tally`` (early stop), the workers' counts of window requests over the SLO are
+        summed as they come, and every worker is stopped as soon as the sum proves the probe
+        failed. A worker's result is its last message of a probe, so nothing of this probe is
+        left in the inbox for the next one.
+        """
         for conn, plan in zip(self._conns, plans, strict=True):
             conn.send(("probe", plan))
         try:
-            for w in range(len(plans)):
-                message = await self._receive(w)
-                if message[0] != "window_done":
-                    raise TokenwattError(f"load worker {w}: unexpected message {message[0]}")
-            self._send_all(("stop",))
-            results: list[ShardResult] = []
-            for w in range(len(plans)):
-                message = await self._receive(w)
-                results.append(message[1])
-            return results
+            window_open = set(range(len(plans)))
+            results: dict[int, ShardResult] = {}
+            stopping = False
+            while len(results) < len(plans):
+                if not window_open and not stopping:
+                    self._send_all(("stop",))
+                    stopping = True
+                w, message = await self._receive()
+                kind = message[0]
+                if kind == "window_done":
+                    window_open.discard(w)
+                elif kind == "exceed":
+                    if tally is not None and tally.update(w, message[1], message[2]):
+                        window_open.clear()  # proven failed: stop every worker now
+                elif kind == "result" and stopping:
+                    results[w] = message[1]
+                else:
+                    raise TokenwattError(f"load worker {w}: unexpected message {kind}")
+            return [results[w] for w in range(len(plans))]
         except BaseException:
             self._send_all(("stop",))
             raise
@@ -223,4 +252,3 @@ class WorkerPool:
             conn.close()
         self._procs.clear()
         self._conns.clear()
-        self._inboxes.clear()

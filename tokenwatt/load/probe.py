@@ -25,6 +25,16 @@ Running batch (defined in :mod:`tokenwatt.metrics`): sampled from the engine's P
 :func:`~tokenwatt.load.engine_metrics.sample_running_batch` when a ``/metrics`` URL is given and
 a sample arrives, else by Little's law over the requests' decode intervals.
 
+Early stop (``early_stop=True``, the spec's ``sweep.early_stop``): the window-request count N is
+known from the schedule before the probe starts, and the nearest-rank p99 over N values exceeds a
+bound as soon as N - ceil(0.99 N) + 1 of them do (:func:`tokenwatt.metrics.exceeding_to_fail`).
+The workers count their window requests over the TTFT bound (finished over it, failed, or, with
+``ignore_eos``, still without output text once the bound has passed) and over the TPOT bound
+(finished over it, or failed); the parent sums them and stops every worker the moment either sum
+reaches that number. Window requests in flight are cancelled (status ``cancelled``, +inf like any
+failure) and those not yet due are never sent; the record says so in ``early_stop`` and never
+passes. A probe whose window requests had all finished anyway is not marked.
+
 Sharding: with several workers, request ``i`` goes to worker process ``i mod W``. ``workers=None``
 picks W from the expected request and token rates (one event loop sustains about
 :data:`REQUESTS_PER_WORKER` req/s or :data:`EVENTS_PER_WORKER` streamed events/s on one core, see
@@ -46,11 +56,12 @@ from types import TracebackType
 
 from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.errors import EndpointError
-from tokenwatt.load._shard import DEFAULT_SPIN_S, ProbePlan, Shard
+from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, ProbePlan, Shard
 from tokenwatt.load._workers import WorkerInit, WorkerPool
 from tokenwatt.load.engine_metrics import RUNNING_GAUGE, sample_running_batch
-from tokenwatt.load.record import build_probe_record
+from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
+from tokenwatt.metrics import exceeding_to_fail
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
 from tokenwatt.schema.spec import EngineSpec, SloSpec, Spec
 
@@ -230,6 +241,21 @@ class LoadGenerator:
         )
         return min(planned, self.max_concurrency)
 
+    def window_requests(
+        self, rate_rps: float, warmup_s: float, window_s: float, *, stream: int
+    ) -> int:
+        """Window requests of a probe: arrivals of ``stream`` scheduled inside the window."""
+        warm_ns = round(warmup_s * _NS)
+        end_ns = warm_ns + round(window_s * _NS)
+        count = 0
+        for offset in self.workload.arrivals(rate_rps, stream=stream):
+            rel_ns = round(offset * _NS)  # as the shards round it
+            if rel_ns >= end_ns:
+                break
+            if rel_ns >= warm_ns:
+                count += 1
+        return count
+
     async def _ensure_pool(self, workers: int) -> WorkerPool | None:
         if self.in_process:
             return None
@@ -274,6 +300,7 @@ class LoadGenerator:
         repeat: int | None = None,
         stream: int | None = None,
         keep_requests: bool = True,
+        early_stop: bool = False,
     ) -> ProbeRecord:
         """Run one probe and return its record.
 
@@ -289,6 +316,8 @@ class LoadGenerator:
             repeat: confirm: repeat number.
             stream: workload stream (default: ``index``).
             keep_requests: include the window requests table in the record.
+            early_stop: stop as soon as the probe has provably failed the SLO (see the module
+                docstring).
 
         Raises:
             ValueError: a non-positive rate or window.
@@ -312,6 +341,7 @@ class LoadGenerator:
                 attempt=attempt,
                 repeat=repeat,
                 keep_requests=keep_requests,
+                early_stop=early_stop,
             )
             pacing_bound = record.client_bound and not (
                 record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
@@ -347,7 +377,20 @@ class LoadGenerator:
         attempt: int,
         repeat: int | None,
         keep_requests: bool,
+        early_stop: bool = False,
     ) -> ProbeRecord:
+        rule: EarlyStopRule | None = None
+        tally: ExceedTally | None = None
+        planned = 0
+        if early_stop:
+            planned = self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
+            if planned > 0:
+                rule = EarlyStopRule(
+                    ttft_ms=slo.ttft_p99_ms,
+                    tpot_ms=slo.tpot_p99_ms,
+                    count_waiting=self.engine.ignore_eos,
+                )
+                tally = ExceedTally(workers, exceeding_to_fail(planned))
         pool = await self._ensure_pool(workers)
         started = dt.datetime.now(dt.UTC)
         t0_ns = time.monotonic_ns() + int(_START_LEAD_S * _NS)
@@ -382,14 +425,20 @@ class LoadGenerator:
                     shard=w,
                     shards=workers,
                     max_concurrency=_share(self.max_concurrency, workers, w),
+                    early_stop=rule,
                 )
                 for w in range(workers)
             ]
             if pool is None:
                 shard = Shard(self.client, self.workload, spin_s=self.spin_s)
-                results = [await shard.run(plans[0], on_window_done=shard.stop)]
+
+                def exceed(ttft: int, tpot: int) -> None:
+                    if tally is not None and tally.update(0, ttft, tpot):
+                        shard.stop()
+
+                results = [await shard.run(plans[0], on_window_done=shard.stop, on_exceed=exceed)]
             else:
-                results = await pool.run(plans)
+                results = await pool.run(plans, tally=tally)
         except BaseException:
             if sampler is not None:
                 sampler.cancel()
@@ -425,7 +474,30 @@ class LoadGenerator:
             max_concurrency=self.max_concurrency,
             running_samples=samples,
             keep_requests=keep_requests,
+            stop=(
+                StopNote(
+                    stopped_ns=tally.stopped_ns,
+                    planned_window_requests=planned,
+                    exceeding_needed=tally.needed,
+                    ttft_exceeding=tally.ttft_exceeding,
+                    tpot_exceeding=tally.tpot_exceeding,
+                )
+                if tally is not None and tally.stopped_ns is not None
+                else None
+            ),
         )
+        if record.early_stop is not None:
+            logger.info(
+                "probe %d stopped early: %d of %d window requests over the TTFT bound, %d over"
+                " the TPOT bound (%d prove the p99 over it); %d cut, %d never sent",
+                index,
+                record.early_stop.ttft_exceeding,
+                planned,
+                record.early_stop.tpot_exceeding,
+                record.early_stop.exceeding_needed,
+                record.early_stop.cut_window_requests,
+                record.early_stop.unsent_window_requests,
+            )
         logger.info(
             "probe %d: %d window requests, %d failed, p99 TTFT %s ms, p99 TPOT %s ms, send lag"
             " p99 %.3f ms%s",

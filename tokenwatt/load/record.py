@@ -1,7 +1,11 @@
 """A probe's record, computed from what its shards measured (pure).
 
 See :mod:`tokenwatt.load.probe` for the definitions it applies (window requests, offered and
-achieved rates, client-bound, running batch).
+achieved rates, client-bound, running batch, early stop).
+
+A probe stopped early covers the window requests sent before the stop; its offered and achieved
+rates are taken over the part of the window before the stop (the rest was never offered), while
+goodput keeps its definition (output tokens of successful window requests / ``window_s``).
 """
 
 from __future__ import annotations
@@ -9,18 +13,30 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from tokenwatt import metrics
 from tokenwatt.client.openai import RequestResult
 from tokenwatt.load._shard import ShardResult
-from tokenwatt.schema.run import LatencyStats, ProbePhase, ProbeRecord, RequestTable
+from tokenwatt.schema.run import EarlyStop, LatencyStats, ProbePhase, ProbeRecord, RequestTable
 from tokenwatt.schema.spec import SloSpec
 
-__all__ = ["build_probe_record"]
+__all__ = ["StopNote", "build_probe_record"]
 
 _NS = 1e9
+
+
+@dataclass(frozen=True)
+class StopNote:
+    """Why and when a probe was stopped early (the load generator's tally at the stop)."""
+
+    stopped_ns: int
+    planned_window_requests: int
+    exceeding_needed: int
+    ttft_exceeding: int
+    tpot_exceeding: int
 
 
 def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTable:
@@ -70,6 +86,7 @@ def build_probe_record(
     max_concurrency: int,
     running_samples: Sequence[float] | None = None,
     keep_requests: bool = True,
+    stop: StopNote | None = None,
 ) -> ProbeRecord:
     """Compute a probe's record from what its shards measured (pure).
 
@@ -88,18 +105,37 @@ def build_probe_record(
         max_concurrency: the concurrency cap, for messages.
         running_samples: engine gauge samples inside the window; None or empty = Little's law.
         keep_requests: include the window requests table (the run file keeps it).
+        stop: set when the probe was stopped early because it had provably failed.
     """
     window_start_ns = t0_ns + round(warmup_s * _NS)
     window_end_ns = window_start_ns + round(window_s * _NS)
     window = [r for shard in shards for r in shard.window]
     n = len(window)
+    early: EarlyStop | None = None
+    if stop is not None:
+        cut = sum(s.window_cut for s in shards)
+        unsent = max(0, stop.planned_window_requests - n)
+        if cut or unsent:  # else every window request had finished: a complete probe
+            early = EarlyStop(
+                stopped_ns=stop.stopped_ns,
+                planned_window_requests=stop.planned_window_requests,
+                exceeding_needed=stop.exceeding_needed,
+                ttft_exceeding=stop.ttft_exceeding,
+                tpot_exceeding=stop.tpot_exceeding,
+                cut_window_requests=cut,
+                unsent_window_requests=unsent,
+            )
     table = _table(window, window_start_ns)
     ok_rows = [r for r in window if r.ok]
     send_lags = np.sort(np.asarray(table.send_lag_ms, dtype=np.float64))
     send_lag_p99 = metrics.nearest_rank(send_lags, 99.0) if n else 0.0
     last_send_ns = max((r.t_send_ns for r in window), default=window_start_ns)
-    span_s = max(window_s, (last_send_ns - window_start_ns) / _NS)
-    offered = n / window_s
+    offered_s = window_s
+    if early is not None:
+        # Only the part of the window before the stop was offered.
+        offered_s = max(1e-9, (min(early.stopped_ns, window_end_ns) - window_start_ns) / _NS)
+    span_s = max(offered_s, (last_send_ns - window_start_ns) / _NS)
+    offered = n / offered_s
     achieved = n / span_s
     slot_waits = sum(s.slot_waits for s in shards)
     slot_wait_s = sum(s.slot_wait_ns for s in shards) / _NS
@@ -159,7 +195,8 @@ def build_probe_record(
         tpot_ms=tpot,
         itl_ms=_itl_stats(window),
         e2e_ms=e2e,
-        slo_pass=metrics.slo_pass(ttft_ms=ttft, tpot_ms=tpot, slo=slo, client_bound=client_bound),
+        slo_pass=early is None
+        and metrics.slo_pass(ttft_ms=ttft, tpot_ms=tpot, slo=slo, client_bound=client_bound),
         workers=max(1, len(shards)),
         running_batch_mean=batch,
         batch_source=batch_source,
@@ -170,4 +207,5 @@ def build_probe_record(
         client_cpu_s=sum(s.cpu_s for s in shards),
         client_preemptions=sum(s.preemptions for s in shards),
         requests=table if keep_requests else None,
+        early_stop=early,
     )

@@ -23,6 +23,7 @@ __all__ = [
     "AccuracyEvidence",
     "AccuracyItem",
     "AccuracySeedScore",
+    "EarlyStop",
     "Environment",
     "GpuInfo",
     "LatencyStats",
@@ -87,6 +88,48 @@ class RequestTable(StrictModel):
         lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"columns have different lengths: {lengths}")
+        return self
+
+
+class EarlyStop(StrictModel):
+    """A probe stopped as soon as it had provably failed its SLO (``sweep.early_stop``).
+
+    With N window requests, the nearest-rank p99 exceeds the SLO as soon as more than
+    N - ceil(0.99 N) of them exceed it; a failed request, or one still waiting for its first
+    token longer than the TTFT bound, already does. N is known from the arrival schedule before
+    the probe starts. Window requests still in flight at the stop are cancelled (status
+    ``cancelled``, counted as +inf like every failure) and those not yet sent are never sent:
+    the probe's latency figures cover the requests sent before the stop, and it never passes.
+    """
+
+    stopped_ns: int = Field(description="Monotonic clock when the probe was stopped, ns")
+    planned_window_requests: Annotated[int, Field(ge=1)] = Field(
+        description="N: window requests the schedule held"
+    )
+    exceeding_needed: Annotated[int, Field(ge=1)] = Field(
+        description="N - ceil(0.99 N) + 1: window requests over a bound that prove p99 over it"
+    )
+    ttft_exceeding: Annotated[int, Field(ge=0)] = Field(
+        description="Window requests known to exceed the TTFT bound (or failed) at the stop"
+    )
+    tpot_exceeding: Annotated[int, Field(ge=0)] = Field(
+        description="Window requests known to exceed the TPOT bound (or failed) at the stop"
+    )
+    cut_window_requests: Annotated[int, Field(ge=0)] = Field(
+        description="Window requests in flight at the stop, cancelled"
+    )
+    unsent_window_requests: Annotated[int, Field(ge=0)] = Field(
+        description="Window requests scheduled after the stop, never sent"
+    )
+
+    @model_validator(mode="after")
+    def _proven(self) -> EarlyStop:
+        if max(self.ttft_exceeding, self.tpot_exceeding) < self.exceeding_needed:
+            raise ValueError(
+                f"neither ttft_exceeding ({self.ttft_exceeding}) nor tpot_exceeding"
+                f" ({self.tpot_exceeding}) reaches exceeding_needed ({self.exceeding_needed}):"
+                " the probe was not proven to fail"
+            )
         return self
 
 
@@ -172,9 +215,16 @@ class ProbeRecord(StrictModel):
         description="Times the load generator was preempted (involuntary context switches)",
     )
     requests: RequestTable | None = Field(default=None, description="The window requests")
+    early_stop: EarlyStop | None = Field(
+        default=None,
+        description="Set when the probe was stopped once it had provably failed"
+        " (sweep.early_stop); such a probe never passes",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ProbeRecord:
+        if self.early_stop is not None and self.slo_pass:
+            raise ValueError("a probe stopped early (early_stop) cannot pass its SLO")
         if self.ok + self.failed != self.window_requests:
             raise ValueError(
                 f"ok ({self.ok}) + failed ({self.failed}) != window_requests"

@@ -344,6 +344,11 @@ class SweepSpec(StrictModel):
     max_backoffs: Annotated[int, Field(ge=0, le=100)] = Field(
         default=4, description="Most back-offs before giving up"
     )
+    early_stop: bool = Field(
+        default=False,
+        description="Stop a probe as soon as it has provably failed the SLO (fewer"
+        " probe-seconds, same decisions; such a probe's latency figures stay partial)",
+    )
 
     @field_validator("rates")
     @classmethod

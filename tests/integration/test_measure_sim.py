@@ -1,0 +1,120 @@
+"""``tokenwatt run --quick`` end to end against the embedded simulator, through the real CLI.
+
+The spec (tests/data/tiny-sim.spec.yaml) names ``engine.endpoint: sim``: the command starts the
+simulator itself, asks it three gsm8k questions, probes two explicit rates and confirms the
+higher, reading power from the simulator's own /metrics. About 15 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.measure_cli import files_in, load_valid_run, tokenwatt_exe
+
+pytestmark = pytest.mark.slow
+
+SPEC = "tests/data/tiny-sim.spec.yaml"
+
+
+def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
+    out = tmp_path / "runs" / "tiny.json"  # the folder does not exist yet: measure makes it
+    typed = (
+        f"tokenwatt run --spec {SPEC} --label 'sim-quick' --role baseline"
+        f" --out {shlex.quote(str(out))} --quick"
+    )
+    env_path = f"{tokenwatt_exe().parent}:/usr/bin:/bin"
+    done = subprocess.run(
+        ["bash", "-c", typed],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": env_path, "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"wrote {out}" in done.stdout
+    assert "quick mode: validation only, not for publishing" in done.stdout
+    assert "probe-seconds" in done.stdout
+    assert files_in(out.parent) == ["tiny.json"]  # no temporary file left behind
+
+    run = load_valid_run(out, cwd=repo)
+    # what it is
+    assert run.quick is True
+    assert run.simulated is True
+    assert run.complete is True
+    assert run.incomplete_reason is None
+    assert run.command == typed  # the reproduce line is exactly what was typed
+    assert run.spec_path == SPEC
+    assert run.label == "sim-quick"
+    assert run.role == "baseline"
+    # where and with what
+    env = run.environment
+    assert env.engine_version is not None
+    assert env.engine_version.startswith("tokenwatt-sim")
+    assert env.engine_version_source == "GET /version"
+    assert env.spec_sha256 == hashlib.sha256((repo / SPEC).read_bytes()).hexdigest()
+    assert env.gpus
+    assert all("(simulated)" in g.name for g in env.gpus)
+    assert env.finished_utc is not None
+    assert env.started_utc < env.finished_utc
+    # quick mode capped what the spec asks for, never raised it
+    assert run.effective.repeats == 1
+    assert run.effective.window_s <= run.spec.measurement.window_s
+    # probes: the two explicit rates, then one confirmation at the higher (both pass easily)
+    assert [(p.phase, p.rate_rps) for p in run.probes] == [
+        ("rates", 2.0),
+        ("rates", 4.0),
+        ("confirm", 4.0),
+    ]
+    for probe in run.probes:
+        assert probe.window_requests > 0
+        assert probe.requests is not None
+        assert len(probe.requests.status) == probe.window_requests
+        assert probe.failed == 0, probe.failure_examples
+        assert probe.slo_pass, probe.client_bound_reasons
+        assert probe.ttft_ms.p99 is not None
+        assert 0 < probe.ttft_ms.p99 <= run.spec.slo.ttft_p99_ms
+        assert probe.early_stop is None  # the seed's protocol: no early stop by default
+    # outcome
+    outcome = run.outcome
+    assert outcome is not None
+    assert outcome.confirmed_rate_rps == 4.0
+    assert outcome.confirm_probes == [2]
+    assert outcome.slo_pass_count == 1
+    assert outcome.goodput_tok_s == pytest.approx(run.probes[2].goodput_tok_s)
+    assert outcome.goodput_tok_s > 0
+    assert outcome.ttft_p99_ms is not None
+    assert outcome.tpot_p99_ms is not None
+    assert 0 < outcome.search_probe_seconds < outcome.probe_seconds
+    # every probe lasts at least its warm-up and window
+    assert outcome.probe_seconds >= sum(p.warmup_s + p.window_s for p in run.probes)
+    # power, from the simulator's dcgm-exporter style gauge
+    power = run.power
+    assert power is not None
+    assert power.source == "prometheus"
+    assert power.samples
+    assert power.node_power_kw is not None
+    assert power.node_power_kw > 0
+    assert power.energy_j is not None
+    assert power.energy_j > 0
+    assert power.tokens_per_joule is not None
+    assert power.tokens_per_joule > 0
+    # MBU at the confirmed rate, batch from the simulator's vLLM-named gauge
+    mbu = run.mbu
+    assert mbu is not None
+    assert 0 < mbu.mbu_pct < 100
+    assert mbu.batch_source == "metrics"
+    assert mbu.rated_bw_tbs == pytest.approx(3.35)
+    # accuracy ran, and is marked not meaningful against the simulator
+    accuracy = run.accuracy
+    assert accuracy is not None
+    assert accuracy.meaningful is False
+    assert accuracy.limit == 3
+    assert len(accuracy.items) == 3
+    assert all(item.completion is not None for item in accuracy.items)
