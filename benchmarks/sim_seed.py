@@ -112,9 +112,11 @@ def probe(cfg: EngineConfig, rate: float, window_s: float, seed: int) -> Probe:
     # As a probe does without /metrics: every request's first-to-last token, clipped to the window.
     decode_ns = [(round(ts[0] * 1e9), round(ts[-1] * 1e9)) for _, ts in run.requests if ts]
     batch_est = littles_law_batch(decode_ns, round(w0 * 1e9), round(w1 * 1e9))
+    # As a probe does (window_emitted_tokens): tokens that arrived inside the window, any request.
+    emitted = sum(1 for _, ts in run.requests for t_tok in ts if w0 <= t_tok < w1)
     mbu = estimate_mbu(
         geometry=g,
-        output_tok_s=tokens / window_s,
+        output_tok_s=emitted / window_s,
         batch_mean=batch_est,
         batch_source="littles_law",
         mean_context_tokens=step_weighted_context(ins, outs),

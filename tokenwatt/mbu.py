@@ -180,16 +180,33 @@ def estimate_mbu_for_probes(
 ) -> MbuEvidence | None:
     """MBU over some probes (the confirmation repeats), pooling their windows.
 
-    Output tok/s = their output tokens ÷ their window time. ``B`` is the mean of the probes'
-    own ``running_batch_mean``: from the engine's metrics when every probe has it from there,
-    else ``littles_law`` (a probe whose scrapes all failed fell back to it; the assumptions
-    then say how many did). Returns None when a probe carries no request table (nothing to
-    compute the context from) or no running batch, or the probes produced no tokens.
+    Output tok/s = tokens that arrived inside their windows from any request
+    (``window_emitted_tokens``, the interval ``B`` is measured over) ÷ their window time; for
+    run files without that figure, their window requests' output tokens instead. ``B`` is the
+    mean of the probes' own ``running_batch_mean``: from the engine's metrics when every probe
+    has it from there, else ``littles_law`` (a probe whose scrapes all failed fell back to it;
+    the assumptions then say how many did). Returns None when a probe carries no request table
+    (nothing to compute the context from) or no running batch, or the probes produced no
+    tokens.
     """
     if not probes or any(p.requests is None for p in probes):
         return None
     window_s = math.fsum(p.window_s for p in probes)
-    tokens = sum(p.output_tokens for p in probes)
+    emitted = [p.window_emitted_tokens for p in probes]
+    extra: list[str] = []
+    tokens: float
+    if all(t is not None for t in emitted):
+        tokens = math.fsum(t for t in emitted if t is not None)
+        extra.append(
+            "Output tok/s: tokens that arrived inside the windows from any request, the same"
+            " interval as B"
+        )
+    else:
+        tokens = float(sum(p.output_tokens for p in probes))
+        extra.append(
+            "Output tok/s: output tokens of the window requests / window (the run file has no"
+            " per-window token arrivals); biased when the window is short against E2E latency"
+        )
     if window_s <= 0 or tokens <= 0:
         return None
     n_in: list[int] = []
@@ -208,7 +225,6 @@ def estimate_mbu_for_probes(
     if batch <= 0:
         return None
     from_metrics = sum(1 for p in probes if p.batch_source == "metrics")
-    extra: list[str] = []
     if 0 < from_metrics < len(probes):
         extra.append(
             f"B: mean over {len(probes)} probes, {from_metrics} of them from the engine's"

@@ -111,6 +111,11 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
     assert 0 < mbu.mbu_pct < 100
     assert mbu.batch_source == "metrics"
     assert mbu.rated_bw_tbs == pytest.approx(3.35)
+    # its token rate: the tokens that arrived inside the confirmation window, from any request
+    confirm = run.probes[2]
+    assert confirm.window_emitted_tokens is not None
+    assert confirm.window_emitted_tokens > 0
+    assert mbu.output_tok_s == pytest.approx(confirm.window_emitted_tokens / confirm.window_s)
     # accuracy ran, and is marked not meaningful against the simulator
     accuracy = run.accuracy
     assert accuracy is not None

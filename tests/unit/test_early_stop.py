@@ -199,3 +199,25 @@ def test_early_stop_is_off_unless_asked():
     assert "early_stop" not in factories.spec().model_dump(exclude_unset=True).get("sweep", {})
     spec = factories.spec(sweep={"early_stop": True})
     assert spec.sweep.early_stop is True
+
+
+# -- tokens that arrived inside the window (the MBU estimate's token rate) ------------------
+
+
+def test_tokens_inside_counts_chunks_in_the_half_open_window():
+    from array import array
+
+    from tokenwatt.client.openai import RequestResult
+    from tokenwatt.load._shard import tokens_inside
+
+    r = RequestResult(index=0, t_send_ns=0, t_end_ns=100, status="ok")
+    r.chunk_ns = array("q", [5, 10, 20, 30, 40])
+    r.output_tokens = 10  # usage: 2 tokens per chunk
+    # [10, 40): chunks at 10, 20, 30 -> 3 chunks x 2 tokens; 40 is outside (half-open)
+    assert tokens_inside(r, 10, 40) == 6.0
+    assert tokens_inside(r, 0, 1_000) == 10.0
+    assert tokens_inside(r, 41, 1_000) == 0.0
+    # No usage from the server: one token a chunk.
+    r.output_tokens = 0
+    assert tokens_inside(r, 10, 40) == 3.0
+    assert tokens_inside(RequestResult(index=1, t_send_ns=0, t_end_ns=1, status="ok"), 0, 9) == 0

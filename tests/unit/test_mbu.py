@@ -189,3 +189,21 @@ def test_estimate_for_probes_uses_the_probes_running_batch():
         estimate_mbu_for_probes([_probe_with_requests(0, batch=None)], geometry=g, bandwidth=bw)
         is None
     )
+
+
+def test_estimate_for_probes_prefers_tokens_that_arrived_inside_the_window():
+    g = geometry_from_config(TINY)
+    bw = RatedBandwidth(0.001, 1, "t")
+    a = _probe_with_requests(0, batch=3.0).model_copy(update={"window_emitted_tokens": 900.0})
+    b = _probe_with_requests(1, batch=5.0).model_copy(update={"window_emitted_tokens": 700.5})
+    est = estimate_mbu_for_probes([a, b], geometry=g, bandwidth=bw)
+    assert est is not None
+    # (900 + 700.5) tokens over 2 x 10 s, not the window requests' 2 x 1004.
+    assert est.output_tok_s == pytest.approx(1600.5 / 20)
+    assert est.steps_per_s == pytest.approx(1600.5 / 20 / 4.0)
+    assert any("arrived inside the windows" in line for line in est.assumptions)
+    # One probe without the figure (an older run file): both fall back to window requests.
+    old = estimate_mbu_for_probes([a, _probe_with_requests(1, batch=5.0)], geometry=g, bandwidth=bw)
+    assert old is not None
+    assert old.output_tok_s == pytest.approx(2008 / 20)
+    assert any("biased when the window is short" in line for line in old.assumptions)

@@ -27,6 +27,7 @@ stops the probe once either reaches the number that proves the p99 over its boun
 from __future__ import annotations
 
 import asyncio
+import bisect
 import ctypes
 import ctypes.util
 import gc
@@ -207,6 +208,24 @@ class ShardResult:
     """Early stop: window requests known to exceed the TPOT bound (or failed)."""
     window_cut: int = 0
     """Window requests still in flight when the shard was stopped (cancelled)."""
+    window_emitted_tokens: float = 0.0
+    """Output tokens that arrived inside the window, from any request (warm-up, window or
+    after): each request's content chunks timed inside ``[window start, window end)``, scaled
+    by its tokens per chunk. The engine's token rate over the window, for the MBU estimate."""
+
+
+def tokens_inside(record: RequestResult, start_ns: int, end_ns: int) -> float:
+    """Output tokens of ``record`` that arrived in ``[start_ns, end_ns)`` (pure).
+
+    Its content chunks timed inside, times its tokens per chunk (the server's usage over the
+    chunk count; 1 when it sent no usage, as then tokens were counted from chunks).
+    """
+    chunks = record.chunk_ns
+    if not chunks:
+        return 0.0
+    inside = bisect.bisect_left(chunks, end_ns) - bisect.bisect_left(chunks, start_ns)
+    per_chunk = record.output_tokens / len(chunks) if record.output_tokens else 1.0
+    return inside * per_chunk
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -239,6 +258,7 @@ class Shard:
         self._window_pending = 0
         self._all_window_scheduled = False
         self._window_done_sent = False
+        self._window_ns = (0, 0)
         self._on_window_done: Callable[[], None] = lambda: None
         self._rule: EarlyStopRule | None = None
         self._on_exceed: Callable[[int, int], None] = lambda ttft, tpot: None
@@ -279,6 +299,7 @@ class Shard:
         self._result = result = ShardResult()
         warm_ns = round(plan.warmup_s * 1e9)
         end_ns = warm_ns + round(plan.window_s * 1e9)
+        self._window_ns = (plan.t0_ns + warm_ns, plan.t0_ns + end_ns)
         offsets = self.workload.arrivals(plan.rate_rps, stream=plan.stream)
         self.client.set_io_hook(self._io_hook)
         late = 0
@@ -446,6 +467,8 @@ class Shard:
         first, last = record.t_first_ns, record.t_last_ns
         if first is not None and last is not None and last > first:
             self._result.decode_intervals.append((first, last))
+        if record.chunk_ns:
+            self._result.window_emitted_tokens += tokens_inside(record, *self._window_ns)
         if in_window:
             if watched is not None:
                 self._count_exceeding(record, watched)

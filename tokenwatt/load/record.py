@@ -183,6 +183,7 @@ def build_probe_record(
         failure_examples=examples,
         output_tokens=sum(r.output_tokens for r in ok_rows),
         goodput_tok_s=metrics.goodput_tok_s(table, window_s),
+        window_emitted_tokens=sum(s.window_emitted_tokens for s in shards),
         request_throughput_rps=metrics.request_throughput_rps(table, window_s),
         offered_rate_rps=offered,
         achieved_rate_rps=achieved,

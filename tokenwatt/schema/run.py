@@ -164,6 +164,12 @@ class ProbeRecord(StrictModel):
         description="Output tokens of the successful window requests"
     )
     goodput_tok_s: NonNegFloat = Field(description="output_tokens / window_s, tok/s")
+    window_emitted_tokens: NonNegFloat | None = Field(
+        default=None,
+        description="Output tokens that arrived inside the window from any request (warm-up,"
+        " window or later; chunk arrival times, scaled by each request's tokens per chunk):"
+        " the token rate the MBU estimate divides by the running batch",
+    )
     achieved_rate_rps: NonNegFloat = Field(description="Window requests actually sent / window_s")
     offered_rate_rps: NonNegFloat | None = Field(
         default=None,
