@@ -31,6 +31,20 @@ def test_repo_spec_of_the_seed_matches_the_seeds_spec_but_for_paths(seed_path, r
     assert a == b
 
 
+def test_sim_seed_full_spec_keeps_the_seeds_protocol(repo):
+    seed = store.load_spec(repo / "specs" / "lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml")
+    sim = store.load_spec(repo / "specs" / "sim-seed-full.spec.yaml")
+    for section in ("slo", "workload", "measurement", "sweep", "accuracy"):
+        assert getattr(sim, section) == getattr(seed, section), section
+    assert (sim.model.name, sim.model.weight_dtype, sim.model.kv_dtype) == (
+        seed.model.name,
+        seed.model.weight_dtype,
+        seed.model.kv_dtype,
+    )
+    assert sim.engine.endpoint == "sim"
+    assert sim.engine.model == seed.engine.model
+
+
 def test_all_repo_specs_load(repo):
     paths = sorted((repo / "specs").glob("*.yaml"))
     assert len(paths) >= 2
