@@ -8,6 +8,7 @@ higher, reading power from the simulator's own /metrics. About 15 s.
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -41,6 +42,9 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
     assert f"wrote {out}" in done.stdout
     assert "quick mode: validation only, not for publishing" in done.stdout
     assert "probe-seconds" in done.stdout
+    # the plain progress log says each step once: tokenwatt's INFO log lines stay out (no -v)
+    assert "probe 1: PASS" in done.stderr
+    assert " INFO tokenwatt" not in done.stderr
     assert files_in(out.parent) == ["tiny.json"]  # no temporary file left behind
 
     run = load_valid_run(out, cwd=repo)
@@ -123,3 +127,28 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
     assert accuracy.limit == 3
     assert len(accuracy.items) == 3
     assert all(item.completion is not None for item in accuracy.items)
+
+
+def test_json_log_is_one_json_object_per_line(repo: Path, tmp_path: Path):
+    out = tmp_path / "tiny.json"
+    argv = [str(tokenwatt_exe()), "run", "--spec", SPEC, "--label", "j", "--role", "baseline"]
+    done = subprocess.run(
+        [*argv, "--out", str(out), "--quick", "--no-accuracy", "--json-log"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in done.stderr.splitlines()]  # fails on any other line
+    kinds = [e["event"] for e in events]
+    assert kinds.count("probe_started") == 3
+    finished = [e for e in events if e["event"] == "probe_finished"]
+    assert [(e["phase"], e["rate_rps"], e["slo_pass"]) for e in finished] == [
+        ("rates", 2.0, True),
+        ("rates", 4.0, True),
+        ("confirm", 4.0, True),
+    ]
+    assert all(e["elapsed_s"] >= 0 for e in events)
+    assert load_valid_run(out, cwd=repo).accuracy is None

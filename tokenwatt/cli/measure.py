@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import shlex
 import signal
 import sys
@@ -154,6 +155,22 @@ class LogProgress(_Base):
             f" {_ms(record.tpot_ms.p99)}/{self.slo.tpot_p99_ms:g} ms, goodput"
             f" {record.goodput_tok_s:,.1f} tok/s, {failed}"
         )
+
+
+class JsonLogFormatter(logging.Formatter):
+    """A log record as one ``--json-log`` event: ``{"event": "log", "level", "logger", ...}``."""
+
+    @override
+    def format(self, record: logging.LogRecord) -> str:
+        payload = {
+            "event": "log",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload)
 
 
 class JsonProgress(_Base):
@@ -320,7 +337,14 @@ def run(args: argparse.Namespace) -> int:
         no_accuracy=args.no_accuracy,
     )
     err = err_console()
+    if not getattr(args, "verbose", 0):
+        # The progress display (or the JSON events) reports what tokenwatt's INFO log lines
+        # would say, so they stay out of the way unless asked for with -v.
+        logging.getLogger("tokenwatt").setLevel(logging.WARNING)
     if args.json_log:
+        # stderr carries one JSON object per line, log records included.
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
         result = asyncio.run(run_until_signal(measure(opts, JsonProgress(spec.slo))))
     elif err.is_terminal:
         with TerminalProgress(spec.slo, err) as progress:
