@@ -45,6 +45,8 @@ def _probes(goodput: float, ttft_p99_ms: float, tpot_p99_ms: float, rate: float)
                 "send_lag_p99_ms": 0.4,
             }
         )
+        if ttft99 is None:  # the failing search probe was stopped early (sweep.early_stop)
+            probes[-1].update(stopped_early=True, cut_requests=12)
     for _ in range(3):
         probes.append(
             {

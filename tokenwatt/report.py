@@ -265,6 +265,8 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             slo_pass=p.slo_pass,
             client_bound=p.client_bound,
             send_lag_p99_ms=p.send_lag_p99_ms,
+            stopped_early=p.early_stop is not None,
+            cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
         )
         for p in run.probes
     ]

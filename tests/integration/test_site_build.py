@@ -195,10 +195,15 @@ def test_full_result_page(site, seed_path):
         "386.5 ms / unbounded",
         "44.8 ms / 74.7 ms",
         "4,515 tok/s",
-        "12",
-        "fail",
+        "12 (12 cut by the stop)",
+        "fail (stopped early)",
         "0.4 ms",
     ]
+    # only the stopped probes say so
+    stopped = sum(1 for c in data["configs"] for p in c["probes"] if p.get("stopped_early"))
+    assert stopped >= 1
+    assert sum(1 for row in rows if row[-2] == "fail (stopped early)") == stopped
+    assert sum(1 for row in rows if row[-2] == "fail") >= 1
 
 
 # -- the index -----------------------------------------------------------------------------------

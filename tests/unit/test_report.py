@@ -210,3 +210,41 @@ def test_sweep_resolution_is_stated_when_wider_than_the_band():
         n.startswith("Sweep resolution: config 'tuned kernels' passed at 20 req/s and failed 20.0%")
         for n in result.not_covered
     )
+
+
+def test_an_early_stopped_probe_is_marked_in_the_probe_history():
+    from tokenwatt.schema.run import EarlyStop, LatencyStats
+
+    runs = factories.seed_runs()
+    inf = float("inf")
+    unbounded = LatencyStats(count=700, mean=inf, p50=100.0, p90=inf, p95=inf, p99=inf)
+    n = len(runs[0].probes)
+    stopped = factories.probe(
+        n,
+        rate=12.0,
+        passed=False,
+        phase="search",
+        window_s=60.0,
+        window_requests=700,
+        ok=40,
+        failed=660,
+        output_tokens=40 * 250,
+        goodput_tok_s=40 * 250 / 60.0,
+        ttft_ms=unbounded,
+        early_stop=EarlyStop(
+            stopped_ns=1,
+            planned_window_requests=720,
+            exceeding_needed=8,
+            ttft_exceeding=8,
+            tpot_exceeding=0,
+            cut_window_requests=660,
+            unsent_window_requests=20,
+        ),
+    )
+    runs[0] = runs[0].model_copy(update={"probes": [*runs[0].probes, stopped]})
+    points = make(runs).configs[0].probes
+    assert points is not None
+    marked = [(p.rate_rps, p.stopped_early, p.cut_requests, p.failed) for p in points]
+    assert marked[n] == (12.0, True, 660, 660)
+    assert all(not p.stopped_early and p.cut_requests == 0 for p in points[:n])
+    assert points[n].ttft_p99_ms is None  # unbounded, shown as such

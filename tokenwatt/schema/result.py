@@ -154,6 +154,15 @@ class ProbePoint(StrictModel):
     slo_pass: bool
     client_bound: bool = False
     send_lag_p99_ms: float | None = None
+    stopped_early: bool = Field(
+        default=False,
+        description="Stopped once provably over the SLO (sweep.early_stop): its latency figures"
+        " cover only the requests sent before the stop",
+    )
+    cut_requests: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Window requests in flight at the early stop, cancelled (counted in failed)",
+    )
 
 
 class PowerTracePoint(StrictModel):
