@@ -144,11 +144,17 @@ class LogProgress(_Base):
             self.probe_seconds += time.monotonic() - self._probe_t0
         verdict = "PASS" if record.slo_pass else "FAIL"
         bound = " CLIENT-BOUND" if record.client_bound else ""
-        failed = f"{record.failed} failed"
+        causes = dict(record.failures_by_cause)
+        cut = record.early_stop.cut_window_requests if record.early_stop is not None else 0
+        if cut:
+            causes["cancelled"] = causes.get("cancelled", 0) - cut
+        causes = {cause: n for cause, n in causes.items() if n > 0}
+        failed = f"{sum(causes.values())} failed"
+        if causes:
+            failed += " (" + ", ".join(f"{n} {cause}" for cause, n in sorted(causes.items())) + ")"
         if record.early_stop is not None:
             bound += " (stopped early: provably over the SLO)"
-            cut = record.early_stop.cut_window_requests
-            failed = f"{record.failed - cut} failed, {cut} cut at the stop"
+            failed += f", {cut} cut at the stop"
         self.console.print(
             f"[{self.elapsed()}] probe {record.index}: {verdict}{bound}  p99 TTFT"
             f" {_ms(record.ttft_ms.p99)}/{self.slo.ttft_p99_ms:g} ms, p99 TPOT"
