@@ -39,7 +39,9 @@ def tokenwatt_exe() -> Path:
     return exe
 
 
-def measure_argv(spec: str | Path, out: Path, *extra: str, label: str = "a") -> list[str]:
+def measure_argv(
+    spec: str | Path, out: Path, *extra: str, label: str = "a", role: str = "baseline"
+) -> list[str]:
     """``python -m tokenwatt run ...`` with the usual arguments."""
     return [
         sys.executable,
@@ -51,7 +53,7 @@ def measure_argv(spec: str | Path, out: Path, *extra: str, label: str = "a") -> 
         "--label",
         label,
         "--role",
-        "baseline",
+        role,
         "--out",
         str(out),
         *extra,

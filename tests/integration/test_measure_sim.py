@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.measure_cli import files_in, load_valid_run, tokenwatt_exe
+from tests.measure_cli import files_in, load_valid_run, measure_argv, run_measure, tokenwatt_exe
 
 pytestmark = pytest.mark.slow
 
@@ -131,15 +131,8 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
 
 def test_json_log_is_one_json_object_per_line(repo: Path, tmp_path: Path):
     out = tmp_path / "tiny.json"
-    argv = [str(tokenwatt_exe()), "run", "--spec", SPEC, "--label", "j", "--role", "baseline"]
-    done = subprocess.run(
-        [*argv, "--out", str(out), "--quick", "--no-accuracy", "--json-log"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    argv = measure_argv(SPEC, out, "--quick", "--no-accuracy", "--json-log", label="j")
+    done = run_measure(argv, cwd=repo)
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in done.stderr.splitlines()]  # fails on any other line
     kinds = [e["event"] for e in events]

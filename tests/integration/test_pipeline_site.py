@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.html_dom import parse
+from tests.measure_cli import measure_argv, run_measure
 from tests.site_build import build_site
 from tokenwatt import store
 
@@ -22,26 +23,7 @@ def pipeline(tmp_path_factory, repo):
     runs = []
     for label, role in (("tiny-a", "baseline"), ("tiny-b", "tuned")):
         out = tmp / f"{label}.json"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tokenwatt",
-                "run",
-                "--spec",
-                str(spec),
-                "--label",
-                label,
-                "--role",
-                role,
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = run_measure(measure_argv(spec, out, label=label, role=role), cwd=repo, timeout_s=300)
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(out)
     result_path = tmp / "result.json"
