@@ -348,9 +348,11 @@ def run(args: argparse.Namespace) -> int:
         # would say, so they stay out of the way unless asked for with -v.
         logging.getLogger("tokenwatt").setLevel(logging.WARNING)
     if args.json_log:
-        # stderr carries one JSON object per line, log records included.
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonLogFormatter())
+        # stderr carries one JSON object per line, log records included: a plain stream
+        # handler even on a terminal (the rich one would frame each record with columns).
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonLogFormatter())
+        logging.getLogger().handlers[:] = [handler]
         result = asyncio.run(run_until_signal(measure(opts, JsonProgress(spec.slo))))
     elif err.is_terminal:
         with TerminalProgress(spec.slo, err) as progress:

@@ -467,8 +467,7 @@ class Shard:
         first, last = record.t_first_ns, record.t_last_ns
         if first is not None and last is not None and last > first:
             self._result.decode_intervals.append((first, last))
-        if record.chunk_ns:
-            self._result.window_emitted_tokens += tokens_inside(record, *self._window_ns)
+        self._result.window_emitted_tokens += tokens_inside(record, *self._window_ns)
         if in_window:
             if watched is not None:
                 self._count_exceeding(record, watched)
