@@ -7,7 +7,7 @@ DESIGN.md, "MBU". For ``B`` running sequences (the mean running batch)::
     MBU        = bytes/step × steps/s ÷ rated bandwidth
 
 ``B`` is the probes' mean running batch as :mod:`tokenwatt.metrics` defines it (the engine's
-``vllm:num_requests_running`` over the window, else Little's law), averaged over the
+running-request gauge over the window, else Little's law), averaged over the
 confirmation repeats; the evidence says which. The KV term uses the mean context a running
 sequence holds, weighted by decode steps, computed from the requests' input and output token
 counts. Geometry (weights, experts, KV per token) comes from :mod:`tokenwatt.geometry`, the
@@ -109,8 +109,9 @@ def estimate_mbu(
     assumptions: list[str] = []
     if batch_source == "metrics":
         assumptions.append(
-            "B: the engine's vllm:num_requests_running averaged over the window"
-            " (includes sequences still in prefill)"
+            "B: the engine's running-request gauge (vllm:num_requests_running, or SGLang's or"
+            " llama.cpp's equivalent) averaged over the window (includes sequences still in"
+            " prefill)"
         )
     else:
         assumptions.append(

@@ -38,6 +38,7 @@ from tokenwatt.errors import EndpointError, InputError, Interrupted, TokenwattEr
 from tokenwatt.geometry import ModelGeometry, geometry_for_spec
 from tokenwatt.gpus import preset
 from tokenwatt.inventory import read_inventory
+from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
@@ -320,6 +321,21 @@ async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | N
     return await client.max_model_len(spec.engine.model)
 
 
+async def _engine_metrics(client: OpenAIClient) -> str | None:
+    """The engine's ``/metrics`` URL when it has a running-request gauge, else None.
+
+    The running batch B of the MBU estimate then comes from the engine's own gauge (DESIGN.md),
+    else from Little's law; each probe records which (``batch_source``).
+    """
+    url = f"{client.root_url}/metrics"
+    why_not = await find_running_gauge(url)
+    if why_not is None:
+        logger.info("running batch: sampling the engine's gauge at %s", url)
+        return url
+    logger.info("running batch from Little's law: %s", why_not)
+    return None
+
+
 async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     """Measure one configuration and write its run file (see the module docstring).
 
@@ -352,6 +368,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             spec.engine, base_url=base_url, env=opts.env, request_timeout_s=30.0
         ) as client:
             context_tokens = await _preflight(client, spec, state)
+            metrics_url = sim.metrics_url if sim is not None else await _engine_metrics(client)
         workload = build_workload(spec, spec_path=opts.spec_path, context_tokens=context_tokens)
         generator = LoadGenerator(
             spec.engine,
@@ -360,7 +377,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             env=opts.env,
             request_timeout_s=float(eff_m.request_timeout_s),
             max_concurrency=eff_m.max_concurrency,
-            metrics_url=sim.metrics_url if sim is not None else None,
+            metrics_url=metrics_url,
         )
         async with generator as gen:
             if sim is not None:

@@ -12,12 +12,13 @@ values is the 99th smallest, so one failure in 100 requests leaves p99 finite an
 
 The mean is +inf as soon as one value is +inf.
 
-Running batch (the ``B`` of the MBU estimate): the mean number of requests the engine is
-running over the window. When the engine serves Prometheus ``/metrics``, the mean of its
-``vllm:num_requests_running`` sampled every 0.25 s inside the window. Otherwise Little's law: the
-time-average number of requests in their decode phase (first to last content chunk) inside the
-window, i.e. the decode time of every request of the probe (not only window requests) that
-falls inside the window, divided by the window length.
+Running batch (the ``B`` of the MBU estimate): the mean number of requests the engine is running
+over the window. When the engine serves Prometheus ``/metrics``, the mean of its running-request
+gauge (``vllm:num_requests_running``, SGLang's ``sglang:num_running_reqs``, llama.cpp's
+``llamacpp:requests_processing``) sampled every 0.25 s inside the window. Otherwise Little's law:
+the time-average number of requests in their decode phase (first to last content chunk) inside the
+window, i.e. the decode time of every request of the probe (not only window requests) that falls
+inside the window, divided by the window length.
 """
 
 from __future__ import annotations

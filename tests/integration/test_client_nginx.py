@@ -7,6 +7,7 @@ import pytest
 
 from tests import factories
 from tokenwatt.client.openai import GenerationRequest, OpenAIClient
+from tokenwatt.load.engine_metrics import find_running_gauge
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer]
 
@@ -82,3 +83,11 @@ async def test_long_output_is_not_throttled(nginx_sse):
     assert result.output_tokens == 20000
     assert result.content_events == 20000
     assert time.monotonic() - start < 5
+
+
+async def test_no_running_gauge_on_an_empty_metrics_page(nginx_sse):
+    # nginx-sse answers /metrics with a comment only: the running batch must come from
+    # Little's law, and the reason names the page
+    why_not = await find_running_gauge(f"{nginx_sse.base_url}/metrics")
+    assert why_not is not None
+    assert why_not.startswith("none of vllm:num_requests_running")

@@ -15,6 +15,7 @@ import pytest
 
 from tests import factories
 from tokenwatt.client.openai import OpenAIClient, request_body
+from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 
@@ -137,3 +138,9 @@ async def test_probe_against_transformers_serve(transformers_server):
     assert 0 < record.output_tokens <= 12 * record.window_requests
     assert record.ttft_ms.count == record.window_requests
     assert record.e2e_ms.p50 >= record.ttft_ms.p50 > 0
+
+
+async def test_no_metrics_page_means_littles_law(transformers_server):
+    why_not = await find_running_gauge(f"{transformers_server.base_url}/metrics")
+    assert why_not is not None
+    assert "HTTP 404" in why_not

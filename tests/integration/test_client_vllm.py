@@ -6,6 +6,7 @@ import pytest
 
 from tests import factories
 from tokenwatt.client.openai import GenerationRequest, OpenAIClient
+from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.workload import build_workload
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
@@ -105,3 +106,8 @@ async def test_complete_text_for_accuracy(vllm_server):
     assert 1 <= answer.output_tokens <= 12
     assert answer.finish_reason in ("length", "stop")
     assert rejected.status == "http_error"
+
+
+async def test_running_gauge_found_on_vllm_metrics(vllm_server):
+    # tokenwatt measure asks this once before the load: vLLM's page has the gauge
+    assert await find_running_gauge(f"{vllm_server.base_url}/metrics") is None

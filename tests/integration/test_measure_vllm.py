@@ -56,6 +56,8 @@ def test_quick_run_end_to_end(repo, tmp_path, vllm_server):
         assert probe.failed == 0, probe.failure_examples
         assert probe.output_tokens == 16 * probe.ok  # ignore_eos honoured, usage counted
         assert probe.approximate_output_tokens == 0
+        # DESIGN.md: B from the engine's own /metrics when it has one (vLLM does)
+        assert probe.batch_source == "metrics"
         if probe.client_bound:
             # honest: the reason is recorded and the probe does not pass
             assert probe.client_bound_reasons

@@ -1,14 +1,22 @@
-"""The engine's figures read from vLLM-named /metrics pages, and the running-batch sampler."""
+"""The engine's figures read from /metrics pages (vLLM, SGLang, llama.cpp), and the sampler."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.peers import free_port, serve_text
-from tokenwatt.load.engine_metrics import RUNNING_GAUGE, parse_engine_metrics, sample_running_batch
+from tokenwatt.load.engine_metrics import (
+    RUNNING_GAUGES,
+    find_running_gauge,
+    parse_engine_metrics,
+    sample_running_batch,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 
 
 def test_parse_engine_metrics_sums_engines():
@@ -42,10 +50,51 @@ def test_running_gauge_sums_label_sets():
         'vllm:num_requests_running_total{engine="0"} 99.0\n'
         "vllm:num_requests_waiting 7.0\n"
     )
-    assert RUNNING_GAUGE == "vllm:num_requests_running"
+    assert RUNNING_GAUGES[0] == "vllm:num_requests_running"
     assert parse_engine_metrics(text).running == 5.0
     assert parse_engine_metrics("vllm:num_requests_running 4\n").running == 4.0
     assert parse_engine_metrics("# nothing here\n").running is None
+
+
+def test_llama_server_page():
+    """A page llama.cpp's llama-server (b0, ``--metrics``) served with 3 requests decoding.
+
+    Captured from the real server (../shared/peers/start-llama-server.sh) mid-load.
+    """
+    m = parse_engine_metrics((DATA / "llama-server-b0.prom").read_text())
+    assert m.running == 3  # llamacpp:requests_processing
+    assert m.waiting == 0  # llamacpp:requests_deferred
+    assert m.prompt_tokens_total == 2664
+    assert m.generation_tokens_total == 387  # llamacpp:tokens_predicted_total
+    assert m.kv_cache_usage is None  # not on this page
+
+
+def test_sglang_names_summed_over_dp_ranks():
+    # SGLang's gauges carry a "dp" label per data-parallel rank (sglang/srt/metrics/collector.py)
+    text = "\n".join(
+        [
+            "# TYPE sglang:num_running_reqs gauge",
+            'sglang:num_running_reqs{dp="0",model_name="m"} 6.0',
+            'sglang:num_running_reqs{dp="1",model_name="m"} 4.0',
+            'sglang:num_queue_reqs{dp="0",model_name="m"} 3.0',
+            'sglang:token_usage{dp="0",model_name="m"} 0.28',
+            'sglang:generation_tokens_total{model_name="m"} 7.557572e+06',
+        ]
+    )
+    m = parse_engine_metrics(text)
+    assert m.running == 10
+    assert m.waiting == 3
+    assert m.kv_cache_usage == 0.28
+    assert m.generation_tokens_total == 7_557_572
+    assert m.prompt_tokens_total is None
+
+
+def test_first_dialect_present_wins_and_is_not_added_to_another():
+    # One page, one engine: a proxy that re-exports two engines' gauges is not summed across
+    # dialects; vLLM's name comes first.
+    text = "vllm:num_requests_running 2\nllamacpp:requests_processing 5\n"
+    assert parse_engine_metrics(text).running == 2
+    assert parse_engine_metrics("llamacpp:requests_processing 5\n").running == 5
 
 
 def test_a_page_out_of_format_is_an_error_not_an_empty_reading():
@@ -80,7 +129,7 @@ def test_sampler_reads_the_gauge_inside_the_window_only():
 @pytest.mark.parametrize(
     ("page", "error"),
     [
-        ("vllm:num_requests_waiting 2\n", "vllm:num_requests_running not found in http://"),
+        ("vllm:num_requests_waiting 2\n", "none of vllm:num_requests_running, sglang:"),
         (
             "vllm:num_requests_running 2\nnot a metric line\n",
             "not in the Prometheus text format: line 2",
@@ -107,3 +156,31 @@ def test_sampler_records_a_server_that_is_not_there():
     assert samples == []
     assert errors
     assert errors[0].startswith("ConnectError")
+
+
+@pytest.mark.parametrize(
+    ("page", "why_not"),
+    [
+        ('vllm:num_requests_running{engine="0"} 0\n', None),
+        ((DATA / "llama-server-b0.prom").read_text(), None),
+        ("", "none of vllm:num_requests_running, sglang:num_running_reqs"),
+        ("node_cpu_seconds_total 5\n", "none of vllm:num_requests_running"),
+        ("vllm:num_requests_running 1\n<html>\n", "not in the Prometheus text format: line 2"),
+    ],
+)
+def test_find_running_gauge(page, why_not):
+    with serve_text(lambda: page) as url:
+        found = asyncio.run(find_running_gauge(url))
+    if why_not is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert why_not in found
+        assert url in found
+
+
+def test_find_running_gauge_on_a_server_that_is_not_there():
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    found = asyncio.run(find_running_gauge(url, timeout_s=2.0))
+    assert found is not None
+    assert found.startswith(f"GET {url}: ConnectError")

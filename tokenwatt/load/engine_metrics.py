@@ -1,40 +1,76 @@
-"""What tokenwatt reads from an engine's Prometheus ``/metrics`` (vLLM's names).
+"""What tokenwatt reads from an engine's Prometheus ``/metrics`` (vLLM, SGLang or llama.cpp names).
 
 vLLM, and the embedded simulator that copies its names, serve one series per engine (label
-``engine``); a figure is summed over them. The page is read by :func:`tokenwatt.promtext.parse`.
+``engine``); SGLang one per data-parallel rank (label ``dp``); a figure is summed over them.
+llama.cpp's ``llama-server`` (with ``--metrics``) serves one unlabelled series. A page speaks
+one of the three dialects: each figure is read under the first of its names that the page has.
+The page is read by :func:`tokenwatt.promtext.parse`.
 
 The running batch of a probe (:attr:`~tokenwatt.schema.run.ProbeRecord.running_batch_mean`,
-which the MBU estimate uses) is the mean of :data:`RUNNING_GAUGE` sampled every
-:data:`METRICS_PERIOD_S` inside the measurement window by :func:`sample_running_batch`.
+which the MBU estimate uses) is the mean of the running-request gauge
+(:data:`RUNNING_GAUGES`) sampled every :data:`METRICS_PERIOD_S` inside the measurement window by
+:func:`sample_running_batch`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
 
-from tokenwatt.promtext import parse, series_sum
+from tokenwatt.promtext import Sample, parse, series_sum
 
 __all__ = [
     "METRICS_PERIOD_S",
-    "RUNNING_GAUGE",
+    "RUNNING_GAUGES",
     "EngineMetrics",
+    "find_running_gauge",
     "parse_engine_metrics",
     "sample_running_batch",
 ]
 
-RUNNING_GAUGE = "vllm:num_requests_running"
-"""The engine's running-batch gauge (requests in model execution batches)."""
+RUNNING_GAUGES: tuple[str, ...] = (
+    "vllm:num_requests_running",
+    "sglang:num_running_reqs",
+    "llamacpp:requests_processing",
+)
+"""The running-batch gauge (requests in the engine's batches) under vLLM's, SGLang's and
+llama.cpp's names."""
+
+_WAITING_GAUGES = (
+    "vllm:num_requests_waiting",
+    "sglang:num_queue_reqs",
+    "llamacpp:requests_deferred",
+)
+_PROMPT_COUNTERS = (
+    "vllm:prompt_tokens_total",
+    "sglang:prompt_tokens_total",
+    "llamacpp:prompt_tokens_total",
+)
+_GENERATION_COUNTERS = (
+    "vllm:generation_tokens_total",
+    "sglang:generation_tokens_total",
+    "llamacpp:tokens_predicted_total",
+)
 
 _NS = 1e9
 
 METRICS_PERIOD_S = 0.25
 """Seconds between two scrapes of the running-batch gauge."""
 
-_KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+
+
+def _first_sum(samples: Sequence[Sample], names: Sequence[str]) -> float | None:
+    """The sum over label sets of the first of ``names`` the page has (None: none of them)."""
+    for name in names:
+        value = series_sum(samples, name)
+        if value is not None:
+            return value
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,7 +88,7 @@ class EngineMetrics:
 
 
 def parse_engine_metrics(text: str) -> EngineMetrics:
-    """Read the running/waiting gauges, KV usage and token counters from a vLLM-named page.
+    """Read the running/waiting gauges, KV usage and token counters (any of the three dialects).
 
     Raises:
         ValueError: the page is not in the Prometheus text format (naming the line).
@@ -65,13 +101,39 @@ def parse_engine_metrics(text: str) -> EngineMetrics:
         if raw is not None and raw.replace(".", "", 1).isdigit():
             kv_mem = (kv_mem or 0.0) + float(raw)
     return EngineMetrics(
-        running=series_sum(samples, RUNNING_GAUGE),
-        waiting=series_sum(samples, "vllm:num_requests_waiting"),
+        running=_first_sum(samples, RUNNING_GAUGES),
+        waiting=_first_sum(samples, _WAITING_GAUGES),
         kv_cache_usage=sum(kv_usage) / len(kv_usage) if kv_usage else None,
         kv_cache_memory_bytes=kv_mem,
-        prompt_tokens_total=series_sum(samples, "vllm:prompt_tokens_total"),
-        generation_tokens_total=series_sum(samples, "vllm:generation_tokens_total"),
+        prompt_tokens_total=_first_sum(samples, _PROMPT_COUNTERS),
+        generation_tokens_total=_first_sum(samples, _GENERATION_COUNTERS),
     )
+
+
+async def find_running_gauge(url: str, *, timeout_s: float = 5.0) -> str | None:
+    """Whether the engine's ``/metrics`` at ``url`` has a running-request gauge.
+
+    DESIGN.md: the running batch comes from the engine's ``/metrics`` when it has one, else from
+    Little's law. Asked once before the load starts, so that an engine without the page (or
+    with another exporter's page) is not scraped four times a second for nothing.
+
+    Returns:
+        None when the gauge is there (sample it), else why not, in words.
+    """
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as http:
+            response = await http.get(url)
+    except httpx.HTTPError as exc:
+        return f"GET {url}: {type(exc).__name__}: {exc}"
+    if response.status_code != 200:
+        return f"GET {url}: HTTP {response.status_code}"
+    try:
+        running = parse_engine_metrics(response.text).running
+    except ValueError as exc:
+        return f"{url} is not in the Prometheus text format: {exc}"
+    if running is None:
+        return f"none of {', '.join(RUNNING_GAUGES)} in {url}"
+    return None
 
 
 async def sample_running_batch(
@@ -83,7 +145,7 @@ async def sample_running_batch(
     *,
     period_s: float = METRICS_PERIOD_S,
 ) -> None:
-    """Sample the engine's running-request gauge inside ``[start_ns, end_ns)``.
+    """Sample the running-request gauge (:data:`RUNNING_GAUGES`) inside ``[start_ns, end_ns)``.
 
     Times are ``time.monotonic_ns()``. Each reading taken inside the window is appended to
     ``samples``, each failed scrape (HTTP error, a page out of format, no gauge) to ``errors``
@@ -115,7 +177,7 @@ async def sample_running_batch(
                     errors.append(f"{url} is not in the Prometheus text format: {exc}")
                 else:
                     if value is None:
-                        errors.append(f"{RUNNING_GAUGE} not found in {url}")
+                        errors.append(f"none of {', '.join(RUNNING_GAUGES)} in {url}")
                     elif time.monotonic_ns() < end_ns:
                         samples.append(value)
             next_ns = t_ns + int(period_s * _NS)

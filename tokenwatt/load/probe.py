@@ -21,9 +21,9 @@ rule compares achieved with *offered*: compared with the target, a Poisson windo
 arrivals would fall under 97 % by chance about one time in three.
 
 Running batch (defined in :mod:`tokenwatt.metrics`): sampled from the engine's Prometheus
-``vllm:num_requests_running`` during the window by
-:func:`~tokenwatt.load.engine_metrics.sample_running_batch` when a ``/metrics`` URL is given and
-a sample arrives, else by Little's law over the requests' decode intervals.
+running-request gauge (:data:`~tokenwatt.load.engine_metrics.RUNNING_GAUGES`) during the window by
+:func:`~tokenwatt.load.engine_metrics.sample_running_batch` when a ``/metrics`` URL is given and a
+sample arrives, else by Little's law over the requests' decode intervals.
 
 Early stop (``early_stop=True``, the spec's ``sweep.early_stop``): the window-request count N is
 known from the schedule before the probe starts, and the nearest-rank p99 over N values exceeds a
@@ -58,7 +58,7 @@ from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.errors import EndpointError
 from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, ProbePlan, Shard
 from tokenwatt.load._workers import WorkerInit, WorkerPool
-from tokenwatt.load.engine_metrics import RUNNING_GAUGE, sample_running_batch
+from tokenwatt.load.engine_metrics import sample_running_batch
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
@@ -454,8 +454,8 @@ class LoadGenerator:
                 await sampler
             if errors and not samples:
                 logger.warning(
-                    "no %s samples from %s (%s): running batch from Little's law instead",
-                    RUNNING_GAUGE,
+                    "no running-batch samples from %s (%s): running batch from Little's law"
+                    " instead",
                     self.metrics_url,
                     errors[0],
                 )
