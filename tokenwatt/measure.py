@@ -205,6 +205,8 @@ class _State:
     started: dt.datetime
     engine_version: str | None = None
     engine_version_source: str | None = None
+    simulated: bool = False
+    """The server is a simulator: the spec's ``sim`` endpoint, or one that says so on /version."""
     driver: str | None = None
     gpus: list[GpuInfo] = field(default_factory=list)
     rated: RatedBandwidth | None = None
@@ -263,7 +265,7 @@ def _run_file(
         description=opts.description,
         role=opts.role,
         quick=opts.quick,
-        simulated=spec.engine.endpoint == "sim",
+        simulated=state.simulated or spec.engine.endpoint == "sim",
         complete=complete,
         incomplete_reason=reason,
         command=opts.command,
@@ -310,6 +312,11 @@ async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | N
         )
     version, source = await client.server_version()
     state.engine_version, state.engine_version_source = version, source
+    state.simulated = spec.engine.endpoint == "sim" or await client.says_simulated()
+    if state.simulated and spec.engine.endpoint != "sim":
+        logger.warning(
+            "%s says it is a simulator (GET /version): the run is marked simulated", where
+        )
     expected = spec.engine.version
     if expected is not None and version is not None and version != expected:
         raise EndpointError(
@@ -387,6 +394,9 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                     len(state.gpus),
                     "GPU-name table (simulated GPU)",
                 )
+            elif state.simulated:
+                # A simulator reached through a URL: this host's GPUs are not what it simulates.
+                logger.warning("no GPU inventory: the server is a simulator started elsewhere")
             else:
                 inventory = read_inventory(spec.hardware)
                 state.driver, state.gpus = inventory.driver, inventory.gpus
@@ -411,7 +421,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                     eff_a,
                     load_suite(suite_path),
                     suite_path=eff_a.suite,
-                    meaningful=sim is None,
+                    meaningful=not state.simulated,
                     progress=progress.accuracy,
                 )
             progress.phase("sweep", "searching the SLO boundary")

@@ -145,3 +145,39 @@ def test_json_log_is_one_json_object_per_line(repo: Path, tmp_path: Path):
     ]
     assert all(e["elapsed_s"] >= 0 for e in events)
     assert load_valid_run(out, cwd=repo).accuracy is None
+
+
+def test_a_simulator_behind_a_url_is_marked_simulated(repo: Path, tmp_path: Path):
+    """A simulator started on its own (``tokenwatt sim``) and reached through its URL.
+
+    It says so on GET /version; the run must be marked simulated (so no page or result made
+    from it can pass as real hardware), its accuracy not meaningful, and no GPU of this host
+    listed as the one measured.
+    """
+    from tests.measure_cli import load_spec_dict, write_spec
+    from tokenwatt.sim.launch import SimSettings, launch
+
+    settings = SimSettings(
+        gpu="h100-sxm",
+        model_config=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        served_model_name="Qwen/Qwen3-8B",
+    )
+    with launch(settings) as sim:
+        data = load_spec_dict(repo / SPEC)
+        data["engine"]["endpoint"] = sim.base_url
+        del data["engine"]["sim"]
+        data["model"]["config"] = str(repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json")
+        data["accuracy"]["suite"] = str(repo / "specs" / "suites" / "gsm8k-200.jsonl")
+        data["power"] = {"source": "prometheus", "url": sim.metrics_url, "sampling_hz": 5}
+        data["sweep"] = {"rates": [2]}
+        spec = write_spec(tmp_path / "spec.yaml", data)
+        out = tmp_path / "url-sim.json"
+        done = run_measure(measure_argv(spec, out, "--quick"), cwd=repo)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = load_valid_run(out, cwd=repo)
+    assert run.simulated is True
+    assert run.spec.engine.endpoint.startswith("http://127.0.0.1:")
+    assert run.environment.gpus == []  # not this host's GPUs
+    assert run.accuracy is not None
+    assert run.accuracy.meaningful is False
+    assert "says it is a simulator" in done.stderr

@@ -418,6 +418,23 @@ class OpenAIClient:
         tried = ", ".join(p for p, _ in _VERSION_ROUTES)
         return None, f"not reported (tried GET {tried})"
 
+    async def says_simulated(self) -> bool:
+        """Whether the server says, on ``GET /version``, that it is a simulator.
+
+        tokenwatt's simulator answers ``"simulated": true`` there (DESIGN.md), whether it was
+        started by ``tokenwatt run`` (``engine.endpoint: sim``) or on its own (``tokenwatt
+        sim``) and reached through a URL; a run against it must be marked simulated either way.
+        """
+        try:
+            response = await self._open().get(
+                f"{self.root_url}/version", headers={"Accept": "application/json"}, timeout=10.0
+            )
+            payload = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.debug("GET %s/version: %r", self.root_url, exc)
+            return False
+        return isinstance(payload, dict) and payload.get("simulated") is True
+
     # -- streamed generation ----------------------------------------------------------------
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
