@@ -117,8 +117,21 @@ GPU_PRESETS: tuple[GpuPreset, ...] = (
         memory_gb=141.0,
         power_limit_w=700.0,
         idle_power_w=75.0,
-        name_pattern=r"H200",
+        name_pattern=r"(?<!G)H200",  # not the GH200 superchip (other memory, other bandwidth)
         source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column), 2024",
+    ),
+    GpuPreset(
+        key="a100-80gb-pcie",
+        name="NVIDIA A100 80GB PCIe",
+        vendor="NVIDIA",
+        mem_bw_tbs=1.935,
+        bf16_tflops=312.0,
+        fp8_tflops=None,
+        memory_gb=80.0,
+        power_limit_w=300.0,
+        idle_power_w=50.0,
+        name_pattern=r"A100 80GB PCIe|A100[- ]PCIE[- ]80GB",
+        source="NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe column), 2021",
     ),
     GpuPreset(
         key="a100-80gb",
@@ -130,7 +143,7 @@ GPU_PRESETS: tuple[GpuPreset, ...] = (
         memory_gb=80.0,
         power_limit_w=400.0,
         idle_power_w=55.0,
-        name_pattern=r"A100[- ]SXM4?[- ]80GB|A100 80GB",
+        name_pattern=r"A100[- ]SXM4?[- ]80GB|A100 80GB(?! PCIe)",
         source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column), 2021",
     ),
     GpuPreset(

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tokenwatt.gpus import RatedBandwidth, rated_bandwidth, rated_bandwidth_from_clocks_tbs
+from tokenwatt.gpus import (
+    RatedBandwidth,
+    preset_for_device_name,
+    rated_bandwidth,
+    rated_bandwidth_from_clocks_tbs,
+)
 from tokenwatt.schema.run import GpuInfo
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -64,3 +69,22 @@ def test_notes_for_mixed_gpus_and_a_table_the_clocks_contradict():
         f"the GPUs in use differ ({H100}, NVIDIA H200); rated bandwidth is the first one's ({H100})",
         "NVML clocks give 1.28 TB/s per GPU, the table 3.35 TB/s (62% apart)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("device_name", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", "h200"),
+        ("NVIDIA GH200 480GB", None),  # a superchip with other memory: not the H200's 4.8 TB/s
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),  # 1.935 TB/s, not the SXM's 2.039
+        ("NVIDIA A100-PCIE-40GB", None),
+        ("NVIDIA L40S", "l40s"),
+    ],
+)
+def test_device_names_find_their_own_row(device_name, key):
+    found = preset_for_device_name(device_name)
+    assert (found.key if found else None) == key
