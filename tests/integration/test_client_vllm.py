@@ -108,6 +108,21 @@ async def test_complete_text_for_accuracy(vllm_server):
     assert rejected.status == "http_error"
 
 
+async def test_accuracy_check_stays_greedy_whatever_extra_body_says(vllm_server):
+    # A spec may sample the load (extra_body temperature); the accuracy check is greedy
+    # (DESIGN.md). Greedy answers to one prompt are identical; at temperature 2 the random
+    # model's 24 tokens over a 32,000-word vocabulary would not be.
+    hot = engine(extra_body={"temperature": 2.0, "top_p": 1.0})
+    async with OpenAIClient(hot, base_url=f"{vllm_server.base_url}/v1") as client:
+        answers = [
+            await client.complete_text("Question: 7 * 6?\nAnswer:", max_tokens=24, stop=[])
+            for _ in range(3)
+        ]
+    assert all(a.ok for a in answers), [a.error for a in answers]
+    assert answers[0].output_tokens == 24
+    assert len({a.text for a in answers}) == 1, [a.text for a in answers]
+
+
 async def test_running_gauge_found_on_vllm_metrics(vllm_server):
     # tokenwatt measure asks this once before the load: vLLM's page has the gauge
     assert await find_running_gauge(f"{vllm_server.base_url}/metrics") is None

@@ -551,18 +551,21 @@ class OpenAIClient:
     ) -> TextCompletion:
         """One non-streamed ``/v1/completions`` request with a text prompt (gsm8k accuracy).
 
-        ``engine.extra_body`` is merged into the request; ``ignore_eos`` is not sent (answers
-        must be allowed to stop). Never raises for a failed request: see ``status``.
+        ``engine.extra_body`` is merged into the request first, so that the check's own fields
+        (model, prompt, ``max_tokens``, ``stop``, ``temperature``: DESIGN.md's accuracy check
+        is greedy) are never overridden by what the spec sets for the load; ``ignore_eos`` is
+        not sent (answers must be allowed to stop). Never raises for a failed request: see
+        ``status``.
         """
-        body: dict[str, Any] = {
-            "model": self.engine.model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "stop": stop,
-            "temperature": temperature,
-        }
-        body.update(self.engine.extra_body)
-        body["stream"] = False
+        body: dict[str, Any] = dict(self.engine.extra_body)
+        body.update(
+            model=self.engine.model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            stop=stop,
+            temperature=temperature,
+            stream=False,
+        )
         url = f"{self.base_url}/completions"
         try:
             response = await self._open().post(
