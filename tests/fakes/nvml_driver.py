@@ -5,7 +5,8 @@ argv[1] is a JSON action; the result is printed as JSON on stdout:
       run a PowerSampler on the board source; after each delay, merge the keys into the state
       file (what a GPU would do on its own); then stop and print the evidence.
   {"action": "open", "gpus": [..] | null}      open the board source; print the error, if any.
-  {"action": "inventory", "hardware": {...}}     print read_inventory(HardwareSpec(...)).
+  {"action": "inventory", "hardware": {...}, "gpus_in_use": N | null}
+      print read_inventory(HardwareSpec(...), gpus_in_use=N).
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def main() -> None:
     elif kind == "inventory":
         try:
             inv = read_inventory(
-                HardwareSpec(**action["hardware"]), strict=action.get("strict", False)
+                HardwareSpec(**action["hardware"]),
+                strict=action.get("strict", False),
+                gpus_in_use=action.get("gpus_in_use"),
             )
         except PowerError as exc:
             emit({"error": str(exc)})

@@ -64,7 +64,9 @@ class HardwareSpec(StrictModel):
         description="Rated memory bandwidth per GPU in TB/s; null = from the GPU-name table",
     )
     gpus: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(
-        default=None, description="Indices (NVML order) of the GPUs in use; null = all visible"
+        default=None,
+        description="Indices (NVML order) of the GPUs in use; null = all visible, which must"
+        " then be model.tensor_parallel x model.replicas GPUs",
     )
     host: str | None = Field(default=None, description="Free-text name of the host or provider")
 

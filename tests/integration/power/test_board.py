@@ -168,6 +168,22 @@ def test_inventory_reads_the_gpus_and_rates_bandwidth(fake_nvml):
     assert (chosen["rated_bw_tbs_per_gpu"], chosen["rated_bw_source"]) == (3.0, "spec")
 
 
+def test_all_visible_gpus_refused_when_the_model_uses_fewer(fake_nvml):
+    # An 8-GPU node serving a TP1 model: "all visible" would add 7 idle boards to the power
+    fake_nvml.set_state(count=8)
+    refused = fake_nvml.run(
+        {"action": "inventory", "hardware": {"adapter": "nvidia"}, "gpus_in_use": 1}
+    )
+    assert refused["error"].startswith("NVML sees 8 GPUs but the model runs on 1")
+    assert "hardware.gpus" in refused["error"]
+    # naming them is the way out; as many visible as in use needs nothing
+    named = fake_nvml.run({"action": "inventory", "hardware": {"gpus": [3]}, "gpus_in_use": 1})
+    assert [g["index"] for g in named["gpus"]] == [3]
+    fake_nvml.set_state(count=2)
+    every = fake_nvml.run({"action": "inventory", "hardware": {}, "gpus_in_use": 2})
+    assert [g["index"] for g in every["gpus"]] == [0, 1]
+
+
 def test_inventory_of_a_gpu_the_table_lacks_uses_nvml_clocks(fake_nvml):
     fake_nvml.set_state(count=1, name="NVIDIA Future GPU", mem_clock_mhz=3000, bus_width=8192)
     inv = fake_nvml.run({"action": "inventory", "hardware": {}})
