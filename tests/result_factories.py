@@ -141,6 +141,13 @@ def full_mode_data(seed_path: Path, *, result_id: str = "h100-qwen3-30b-a3b-moe-
         config["accuracy"].update(
             {"questions": 200, "answered": 200, "failed": 0, "gate_pass": True, "meaningful": True}
         )
+        config["mbu_assumptions"] = [
+            "B: the engine's running-request gauge (vllm:num_requests_running, or SGLang's or"
+            " llama.cpp's equivalent) averaged over the window (includes sequences still in"
+            " prefill)",
+            "steps/s = output tok/s / B (every running sequence emits one token a step)",
+            "Rated bandwidth: GPU-name table (NVIDIA H100 SXM5 80GB datasheet)",
+        ]
     tuned = next(c for c in data["configs"] if c["key"] == "tuned")
     base = next(c for c in data["configs"] if c["key"] == "baseline")
     data["verdict"] = {
@@ -184,6 +191,7 @@ def hostile_data(seed_path: Path) -> dict[str, Any]:
     # A goodput that sorts first as a number but last as text ("999.5" > "4,516.4").
     data["configs"][1]["goodput_tok_s"] = 999.5
     data["configs"][2]["engine"] = "<img src=x onerror=alert(1)>"
+    data["configs"][0]["mbu_assumptions"] = ["<script>alert('mbu')</script> *B* | x"]
     data["hardware"]["host"] = "# not a heading\n\n- not a list"
     data["not_covered"] = ["<script>alert('caveat')</script>", "![img](http://example.com/x.png)"]
     data["reproduce"] = "echo '<script>alert(1)</script>' && echo done\n```\n</code></pre><b>x</b>"

@@ -346,6 +346,7 @@ def _config(
         ),
         mbu_bytes_per_step=_round(run.mbu.bytes_per_step, 0) if run.mbu is not None else None,
         mbu_batch_mean=_round(run.mbu.batch_mean, 2) if run.mbu is not None else None,
+        mbu_assumptions=list(run.mbu.assumptions) if run.mbu is not None else None,
         run_file=loaded.path,
     )
 

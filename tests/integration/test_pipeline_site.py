@@ -90,6 +90,11 @@ def test_page_figures_trace_back_to_the_run_files(pipeline):
         assert config.mbu_pct is not None
         assert run.mbu is not None
         assert config.mbu_pct == round(run.mbu.mbu_pct, 1)
+        # DESIGN.md: the estimate's assumptions are stated on the page
+        assert config.mbu_assumptions == run.mbu.assumptions
+        assert any(a.startswith("Rated bandwidth: ") for a in run.mbu.assumptions)
+        for assumption in run.mbu.assumptions:
+            assert " ".join(assumption.split()) in text
     assert "Pipeline <b>made</b> result" in text  # markup shows as text
     assert "Simulated" in text
     assert result.verdict is not None

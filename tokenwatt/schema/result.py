@@ -216,6 +216,9 @@ class ConfigResult(StrictModel):
     measurement: ConfigMeasurement | None = None
     mbu_bytes_per_step: NonNeg | None = None
     mbu_batch_mean: NonNeg | None = None
+    mbu_assumptions: list[str] | None = Field(
+        default=None, description="What the MBU estimate assumes (DESIGN.md: stated on the page)"
+    )
     run_file: str | None = Field(default=None, description="The run file this config came from")
 
     @model_validator(mode="after")
