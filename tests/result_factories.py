@@ -192,6 +192,7 @@ def hostile_data(seed_path: Path) -> dict[str, Any]:
     data["configs"][1]["goodput_tok_s"] = 999.5
     data["configs"][2]["engine"] = "<img src=x onerror=alert(1)>"
     data["configs"][0]["mbu_assumptions"] = ["<script>alert('mbu')</script> *B* | x"]
+    data["configs"][1]["approximate_output_requests"] = 7
     data["hardware"]["host"] = "# not a heading\n\n- not a list"
     data["not_covered"] = ["<script>alert('caveat')</script>", "![img](http://example.com/x.png)"]
     data["reproduce"] = "echo '<script>alert(1)</script>' && echo done\n```\n</code></pre><b>x</b>"

@@ -347,6 +347,11 @@ def _config(
         mbu_bytes_per_step=_round(run.mbu.bytes_per_step, 0) if run.mbu is not None else None,
         mbu_batch_mean=_round(run.mbu.batch_mean, 2) if run.mbu is not None else None,
         mbu_assumptions=list(run.mbu.assumptions) if run.mbu is not None else None,
+        approximate_output_requests=(
+            sum(run.probes[i].approximate_output_tokens for i in outcome.confirm_probes)
+            if outcome is not None
+            else None
+        ),
         run_file=loaded.path,
     )
 

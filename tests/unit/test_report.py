@@ -248,3 +248,17 @@ def test_an_early_stopped_probe_is_marked_in_the_probe_history():
     assert marked[n] == (12.0, True, 660, 660)
     assert all(not p.stopped_early and p.cut_requests == 0 for p in points[:n])
     assert points[n].ttft_p99_ms is None  # unbounded, shown as such
+
+
+def test_goodput_counted_from_chunks_is_carried_as_approximate():
+    runs = factories.seed_runs()
+    first = runs[0]
+    assert first.outcome is not None
+    probes = list(first.probes)
+    for i in first.outcome.confirm_probes:
+        probes[i] = probes[i].model_copy(update={"approximate_output_tokens": 2})
+    runs[0] = first.model_copy(update={"probes": probes})
+    result = make(runs)
+    counts = [c.approximate_output_requests for c in result.configs]
+    assert counts[0] == 2 * len(first.outcome.confirm_probes)
+    assert counts[1:] == [0] * (len(counts) - 1)

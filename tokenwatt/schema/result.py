@@ -216,6 +216,11 @@ class ConfigResult(StrictModel):
     measurement: ConfigMeasurement | None = None
     mbu_bytes_per_step: NonNeg | None = None
     mbu_batch_mean: NonNeg | None = None
+    approximate_output_requests: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Confirmation-window requests whose output tokens were counted from chunks"
+        " (the server sent no usage): the goodput is then approximate (DESIGN.md)",
+    )
     mbu_assumptions: list[str] | None = Field(
         default=None, description="What the MBU estimate assumes (DESIGN.md: stated on the page)"
     )
