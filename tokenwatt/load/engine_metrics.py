@@ -127,13 +127,19 @@ async def find_running_gauge(url: str, *, timeout_s: float = 5.0) -> str | None:
         return f"GET {url}: {type(exc).__name__}: {exc}"
     if response.status_code != 200:
         return f"GET {url}: HTTP {response.status_code}"
+    running = _running_on_page(response.text, url)
+    return running if isinstance(running, str) else None
+
+
+def _running_on_page(text: str, url: str) -> float | str:
+    """The running-request gauge on the page read from ``url``, or why there is none."""
     try:
-        running = parse_engine_metrics(response.text).running
+        running = parse_engine_metrics(text).running
     except ValueError as exc:
         return f"{url} is not in the Prometheus text format: {exc}"
     if running is None:
         return f"none of {', '.join(RUNNING_GAUGES)} in {url}"
-    return None
+    return running
 
 
 async def sample_running_batch(
@@ -171,14 +177,10 @@ async def sample_running_batch(
             except httpx.HTTPError as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
             else:
-                try:
-                    value = parse_engine_metrics(response.text).running
-                except ValueError as exc:
-                    errors.append(f"{url} is not in the Prometheus text format: {exc}")
-                else:
-                    if value is None:
-                        errors.append(f"none of {', '.join(RUNNING_GAUGES)} in {url}")
-                    elif time.monotonic_ns() < end_ns:
-                        samples.append(value)
+                value = _running_on_page(response.text, url)
+                if isinstance(value, str):
+                    errors.append(value)
+                elif time.monotonic_ns() < end_ns:
+                    samples.append(value)
             next_ns = t_ns + int(period_s * _NS)
             await asyncio.sleep(max(0.0, (min(next_ns, end_ns) - time.monotonic_ns()) / _NS))
