@@ -397,21 +397,8 @@ class OpenAIClient:
             (version, source), e.g. ``("0.32.0", "GET /version")``; version None when no route
             answered with one, and source then says what was tried.
         """
-        client = self._open()
         for path, key in _VERSION_ROUTES:
-            try:
-                response = await client.get(
-                    f"{self.root_url}{path}", headers={"Accept": "application/json"}, timeout=10.0
-                )
-            except httpx.HTTPError as exc:
-                logger.debug("GET %s%s failed: %r", self.root_url, path, exc)
-                continue
-            if response.status_code != 200:
-                continue
-            try:
-                payload = response.json()
-            except ValueError:
-                continue
+            payload = await self._root_json(path)
             value = payload.get(key) if isinstance(payload, dict) else None
             if isinstance(value, str | int | float) and str(value):
                 return str(value), f"GET {path}"
@@ -425,15 +412,19 @@ class OpenAIClient:
         started by ``tokenwatt run`` (``engine.endpoint: sim``) or on its own (``tokenwatt
         sim``) and reached through a URL; a run against it must be marked simulated either way.
         """
+        payload = await self._root_json("/version")
+        return isinstance(payload, dict) and payload.get("simulated") is True
+
+    async def _root_json(self, path: str) -> Any:
+        """The JSON a server-root route answers with, or None (no answer, not 200, not JSON)."""
         try:
             response = await self._open().get(
-                f"{self.root_url}/version", headers={"Accept": "application/json"}, timeout=10.0
+                f"{self.root_url}{path}", headers={"Accept": "application/json"}, timeout=10.0
             )
-            payload = response.json() if response.status_code == 200 else None
+            return response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:
-            logger.debug("GET %s/version: %r", self.root_url, exc)
-            return False
-        return isinstance(payload, dict) and payload.get("simulated") is True
+            logger.debug("GET %s%s failed: %r", self.root_url, path, exc)
+            return None
 
     # -- streamed generation ----------------------------------------------------------------
 
