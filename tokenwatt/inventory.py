@@ -98,10 +98,8 @@ def read_inventory(
         hardware: the spec's ``hardware`` section.
         strict: raise when NVML cannot be read; by default the inventory then holds only the
             spec's values and a note saying why.
-        gpus_in_use: how many GPUs the model runs on (tensor parallel x replicas). With
-            ``hardware.gpus`` null ("all visible"), NVML seeing more GPUs than that is refused:
-            idle GPUs would add to the board power, and every per-GPU figure would be divided
-            by GPUs that serve nothing (DESIGN.md: the sum over the GPUs in use).
+        gpus_in_use: how many GPUs the model runs on (tensor parallel x replicas); see
+            :func:`~tokenwatt.power.board.check_gpu_indices`.
 
     Raises:
         PowerError: with ``strict``, or when ``hardware.gpus`` names a GPU NVML does not see.
@@ -120,13 +118,7 @@ def read_inventory(
                 except nvml.NVMLError as exc:
                     raise PowerError(f"NVML cannot list the GPUs: {exc}") from exc
                 listed = True
-                indices = check_gpu_indices(hardware.gpus, count)
-                if hardware.gpus is None and gpus_in_use is not None and count > gpus_in_use:
-                    raise PowerError(
-                        f"NVML sees {count} GPUs but the model runs on {gpus_in_use}"
-                        " (model.tensor_parallel x model.replicas); name the GPUs the server"
-                        " uses in spec hardware.gpus (NVML indices, as nvidia-smi lists them)"
-                    )
+                indices = check_gpu_indices(hardware.gpus, count, in_use=gpus_in_use)
                 gpus = [_read_gpu(nvml, i) for i in indices]
                 source = "nvml"
         except PowerError as exc:

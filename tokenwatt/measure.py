@@ -398,13 +398,10 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 # A simulator reached through a URL: this host's GPUs are not what it simulates.
                 logger.warning("no GPU inventory: the server is a simulator started elsewhere")
             else:
-                inventory = read_inventory(
-                    spec.hardware,
-                    gpus_in_use=spec.model.tensor_parallel * spec.model.replicas,
-                )
+                count = spec.model.tensor_parallel * spec.model.replicas
+                inventory = read_inventory(spec.hardware, gpus_in_use=count)
                 state.driver, state.gpus = inventory.driver, inventory.gpus
                 if inventory.rated_bw_tbs_per_gpu is not None:
-                    count = spec.model.tensor_parallel * spec.model.replicas
                     state.rated = RatedBandwidth(
                         inventory.rated_bw_tbs_per_gpu,
                         count,

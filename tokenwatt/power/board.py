@@ -105,15 +105,29 @@ def nvml_session() -> Iterator[Any]:
             logger.warning("nvmlShutdown failed: %s", exc)
 
 
-def check_gpu_indices(requested: Sequence[int] | None, count: int) -> list[int]:
+def check_gpu_indices(
+    requested: Sequence[int] | None, count: int, *, in_use: int | None = None
+) -> list[int]:
     """The GPU indices to use: ``requested`` (checked against ``count``) or all of them.
 
+    "All of them" stands for the GPUs in use only when there are no more than ``in_use`` (the
+    model's tensor parallel x replicas, when known): idle GPUs would add to the board power, and
+    every per-GPU figure would be divided by GPUs that serve nothing (DESIGN.md: the sum over
+    the GPUs in use).
+
     Raises:
-        PowerError: an index is not among the GPUs NVML sees.
+        PowerError: an index is not among the GPUs NVML sees, or NVML sees more GPUs than
+            ``in_use`` and none are named.
     """
     if requested is None:
         if count == 0:
             raise PowerError("NVML sees no GPU; check nvidia-smi, or set power.source to 'none'")
+        if in_use is not None and count > in_use:
+            raise PowerError(
+                f"NVML sees {count} GPUs but the model runs on {in_use}"
+                " (model.tensor_parallel x model.replicas); name the GPUs the server"
+                " uses in spec hardware.gpus (NVML indices, as nvidia-smi lists them)"
+            )
         return list(range(count))
     missing = [i for i in requested if i >= count]
     if missing:
