@@ -159,6 +159,8 @@ class _Figures:
     tpot_p99_ms: float | None
     slo_pass_count: int
     confirmed_rate_rps: float | None
+    approximate_output_requests: int | None
+    """Confirmation-window requests counted from chunks (None: no outcome)."""
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -204,7 +206,7 @@ def _figures(loaded: LoadedRun) -> _Figures:
     for probe in run.probes:
         _check_probe(loaded.path, probe)
     if run.outcome is None:
-        return _Figures(0.0, [], None, None, 0, None)
+        return _Figures(0.0, [], None, None, 0, None, None)
     probes = [run.probes[i] for i in run.outcome.confirm_probes]
     passed = sum(1 for p in probes if p.slo_pass)
     confirmed = run.outcome.confirmed_rate_rps
@@ -220,6 +222,7 @@ def _figures(loaded: LoadedRun) -> _Figures:
         tpot_p99_ms=_finite_or_none(_pooled_p99(probes, "tpot_ms")),
         slo_pass_count=passed,
         confirmed_rate_rps=confirmed,
+        approximate_output_requests=sum(p.approximate_output_tokens for p in probes),
     )
 
 
@@ -347,11 +350,7 @@ def _config(
         mbu_bytes_per_step=_round(run.mbu.bytes_per_step, 0) if run.mbu is not None else None,
         mbu_batch_mean=_round(run.mbu.batch_mean, 2) if run.mbu is not None else None,
         mbu_assumptions=list(run.mbu.assumptions) if run.mbu is not None else None,
-        approximate_output_requests=(
-            sum(run.probes[i].approximate_output_tokens for i in outcome.confirm_probes)
-            if outcome is not None
-            else None
-        ),
+        approximate_output_requests=figures.approximate_output_requests,
         run_file=loaded.path,
     )
 
