@@ -22,7 +22,7 @@ from tokenwatt.load.workload import build_workload
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
 
 
-def spec_for(server, **engine):
+def spec_for(server, workload=None, **engine):
     return factories.spec(
         engine={
             "endpoint": f"{server.base_url}/v1",
@@ -31,7 +31,7 @@ def spec_for(server, **engine):
             "ignore_eos": False,
             **engine,
         },
-        workload={"input_tokens": 24, "output_tokens": 12, "seed": 3},
+        workload=workload or {"input_tokens": 24, "output_tokens": 12, "seed": 3},
         slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
     )
 
@@ -65,15 +65,7 @@ async def test_role_chunk_is_not_the_first_token(transformers_server):
     first text after the prefill, ~50 ms later on this CPU. A plain httpx reader times both;
     tokenwatt's TTFT of the same requests must sit with the text, not with the role chunk.
     """
-    spec = factories.spec(
-        engine={
-            "endpoint": f"{transformers_server.base_url}/v1",
-            "model": transformers_server.model,
-            "api": "chat",
-            "ignore_eos": False,
-        },
-        workload={"input_tokens": 1500, "output_tokens": 2, "seed": 4},
-    )
+    spec = spec_for(transformers_server, {"input_tokens": 1500, "output_tokens": 2, "seed": 4})
     work = build_workload(spec, context_tokens=4096)
     role_ms, text_ms, ours_ms = [], [], []
     async with OpenAIClient(spec.engine) as client, httpx.AsyncClient(timeout=60) as raw:
