@@ -133,20 +133,26 @@ async def ours(
         )
 
 
-def pin_clients_off_vllm_worker() -> set[int]:
-    """Keep both clients off the CPU that vLLM's CPU worker pins itself to and busy-polls.
+def worker_cpus(pgid: int) -> set[int]:
+    """The CPUs vLLM's CPU worker (in process group ``pgid``) pins itself to; empty if none."""
+    out = subprocess.run(
+        ["pgrep", "-g", str(pgid), "-f", "VLLM::Worker"], capture_output=True, text=True
+    ).stdout
+    cpus: set[int] = set()
+    for pid in out.split():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            cpus |= set(os.sched_getaffinity(int(pid)))
+    return cpus
+
+
+def pin_clients_off_vllm_worker(pgid: int) -> set[int]:
+    """Keep both clients off the CPU that vLLM's CPU worker pins itself to.
 
     Inherited by the worker processes and by the ``vllm bench`` subprocess, so both clients run
     under the same conditions.
     """
     cpus = set(os.sched_getaffinity(0))
-    out = subprocess.run(
-        ["pgrep", "-f", "VLLM::Worker"], capture_output=True, text=True, check=False
-    ).stdout
-    busy: set[int] = set()
-    for pid in out.split():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            busy |= set(os.sched_getaffinity(int(pid)))
+    busy = worker_cpus(pgid)
     others = cpus - busy
     if others and busy and busy != cpus:
         os.sched_setaffinity(0, others)
@@ -163,12 +169,9 @@ def confine_server(pgid: int) -> tuple[set[int], set[int]]:
     Returns (server CPUs, client CPUs).
     """
     cpus = set(os.sched_getaffinity(0))
-    worker = subprocess.run(
-        ["pgrep", "-g", str(pgid), "-f", "VLLM::Worker"], capture_output=True, text=True
-    ).stdout.split()
-    if not worker:
+    server = worker_cpus(pgid)
+    if not server:
         raise RuntimeError(f"no VLLM::Worker in process group {pgid}")
-    server = set(os.sched_getaffinity(int(worker[0])))
     clients = cpus - server
     if not clients:
         raise RuntimeError(f"vLLM's worker is on every CPU ({sorted(server)}): nothing to confine")
@@ -317,7 +320,7 @@ def main() -> None:
             )
         else:
             print(
-                f"clients pinned to CPUs {sorted(pin_clients_off_vllm_worker())}"
+                f"clients pinned to CPUs {sorted(pin_clients_off_vllm_worker(server.pid))}"
                 " (tokenwatt and vllm bench), with vLLM's API server and EngineCore"
             )
     rows = []
