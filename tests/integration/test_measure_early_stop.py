@@ -2,7 +2,9 @@
 
 A probe far above capacity stops once it has provably failed, long before its window ends,
 whether the shards run in worker processes (their counts summed in the parent) or in-process;
-a probe below capacity is never stopped; a TPOT bound alone also stops a probe.
+a probe below capacity is never stopped; a TPOT bound alone also stops a probe. With the pass
+certification (the adaptive sweep's search probes), a probe below capacity stops once so few
+window requests are left that its p99 can no longer exceed the bound.
 """
 
 from __future__ import annotations
@@ -32,7 +34,17 @@ def capacity(repo: Path):
         yield spec, sim
 
 
-async def _probe(capacity, rate_rps, *, slo=None, index=0, **generator):
+async def _probe(
+    capacity,
+    rate_rps,
+    *,
+    slo=None,
+    index=0,
+    early_stop=True,
+    certify_pass=False,
+    window_s=WINDOW_S,
+    **generator,
+):
     spec, sim = capacity
     work = build_workload(spec, spec_path=SPEC, context_tokens=4096)
     async with LoadGenerator(spec.engine, work, base_url=sim.base_url, **generator) as gen:
@@ -42,9 +54,10 @@ async def _probe(capacity, rate_rps, *, slo=None, index=0, **generator):
             phase="search",
             rate_rps=rate_rps,
             warmup_s=WARMUP_S,
-            window_s=WINDOW_S,
+            window_s=window_s,
             slo=slo or spec.slo,
-            early_stop=True,
+            early_stop=early_stop,
+            certify_pass=certify_pass,
         )
         elapsed_s = time.monotonic() - t0
     ProbeRecord.model_validate(record.model_dump())  # it round-trips through the schema
@@ -94,4 +107,35 @@ async def test_tpot_bound_alone_stops_a_probe(capacity):
     assert stop.ttft_exceeding == 0
     assert stop.tpot_exceeding >= stop.exceeding_needed == 1  # 40 window requests: one proves it
     assert stop.stopped_ns < record.window_end_ns
+    assert record.slo_pass is False
+
+
+@pytest.mark.parametrize(
+    "generator",
+    [{"workers": 2}, {"in_process": True}],
+    ids=["two-worker-processes", "in-process"],
+)
+async def test_probe_below_capacity_stops_once_its_pass_is_certain(capacity, generator):
+    # 10 req/s x 12 s = 120 window requests; nearest rank allows one over (120 - ceil(118.8)),
+    # so two over prove a fail, and a pass is certain once none is over and one is left.
+    # Constant arrivals: the last window request is sent at the window's end and is cut.
+    record, _ = await _probe(
+        capacity, 10.0, index=4, early_stop=False, certify_pass=True, window_s=12.0, **generator
+    )
+    stop = record.early_stop
+    assert stop is not None, record.client_bound_reasons
+    assert stop.outcome == "pass"
+    assert record.slo_pass
+    left = stop.cut_window_requests + stop.unsent_window_requests
+    assert left >= 1
+    assert max(stop.ttft_exceeding, stop.tpot_exceeding) + left < stop.exceeding_needed
+    assert stop.exceeding_needed == 2
+    assert record.window_requests + stop.unsent_window_requests == 120
+
+
+async def test_pass_certification_never_stops_a_failing_probe(capacity):
+    record, _ = await _probe(
+        capacity, 30.0, workers=1, index=5, early_stop=False, certify_pass=True
+    )
+    assert record.early_stop is None
     assert record.slo_pass is False

@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tokenwatt.client.openai import OpenAIClient, PreparedRequest, RequestResult, Submitted
 from tokenwatt.load.workload import Workload
@@ -112,25 +113,45 @@ class EarlyStopRule:
     """A request still without output text once ``ttft_ms`` has passed counts as over the TTFT
     bound. Sound only when every successful request produces text (``ignore_eos``): a request
     that legitimately ends with no text has no TTFT and is left out of the percentile."""
+    report_finished: bool = False
+    """Report every finished window request too (the pass certification counts them)."""
 
 
 class ExceedTally:
-    """Sums the shards' counts of window requests over a bound; says when p99 is proven over.
+    """Sums the shards' counts of window requests over a bound; says when a verdict is proven.
 
     Args:
         shards: how many shards report.
         needed: window requests over one bound that prove the p99 over it
             (:func:`tokenwatt.metrics.exceeding_to_fail` of the planned window requests).
+        planned: window requests the schedule holds (for the pass certification).
+        stop_on_fail: stop once either count reaches ``needed`` (the p99 is over its bound).
+        stop_on_pass: stop once the window requests still to finish, all counted as over, could
+            not bring either count to ``needed`` (both p99s are within their bounds).
     """
 
-    def __init__(self, shards: int, needed: int) -> None:
+    def __init__(
+        self,
+        shards: int,
+        needed: int,
+        *,
+        planned: int = 0,
+        stop_on_fail: bool = True,
+        stop_on_pass: bool = False,
+    ) -> None:
         if needed < 1:
             raise ValueError("needed must be at least 1")
         self.needed = needed
+        self.planned = planned
+        self.stop_on_fail = stop_on_fail
+        self.stop_on_pass = stop_on_pass
         self._ttft = [0] * shards
         self._tpot = [0] * shards
+        self._finished = [0] * shards
         self.stopped_ns: int | None = None
-        """Monotonic clock when the count first reached ``needed`` (None if it never did)."""
+        """Monotonic clock when a verdict was first proven (None if it never was)."""
+        self.outcome: Literal["fail", "pass"] = "fail"
+        """The verdict proven at ``stopped_ns``."""
 
     @property
     def ttft_exceeding(self) -> int:
@@ -142,16 +163,26 @@ class ExceedTally:
         """Window requests known to exceed the TPOT bound, over all shards."""
         return sum(self._tpot)
 
-    def update(self, shard: int, ttft_exceeding: int, tpot_exceeding: int) -> bool:
-        """Record a shard's counts; True exactly once: when the probe is first proven failed."""
+    def update(
+        self, shard: int, ttft_exceeding: int, tpot_exceeding: int, finished: int = 0
+    ) -> bool:
+        """Record a shard's counts; True exactly once: when the probe's verdict is first proven."""
         self._ttft[shard] = max(self._ttft[shard], ttft_exceeding)
         self._tpot[shard] = max(self._tpot[shard], tpot_exceeding)
+        self._finished[shard] = max(self._finished[shard], finished)
         if self.stopped_ns is not None:
             return False
-        if max(self.ttft_exceeding, self.tpot_exceeding) >= self.needed:
-            self.stopped_ns = time.monotonic_ns()
-            return True
-        return False
+        worst = max(self.ttft_exceeding, self.tpot_exceeding)
+        if self.stop_on_fail and worst >= self.needed:
+            self.outcome = "fail"
+        elif self.stop_on_pass and worst + (self.planned - sum(self._finished)) < self.needed:
+            # Even if every window request still to finish exceeded both bounds, neither p99
+            # could exceed its bound: the window has passed.
+            self.outcome = "pass"
+        else:
+            return False
+        self.stopped_ns = time.monotonic_ns()
+        return True
 
 
 class _Watched:
@@ -261,7 +292,8 @@ class Shard:
         self._window_ns = (0, 0)
         self._on_window_done: Callable[[], None] = lambda: None
         self._rule: EarlyStopRule | None = None
-        self._on_exceed: Callable[[int, int], None] = lambda ttft, tpot: None
+        self._on_exceed: Callable[[int, int, int], None] = lambda ttft, tpot, done: None
+        self._window_finished = 0
         self._watched: set[_Watched] = set()
         self._result = ShardResult()
 
@@ -276,14 +308,15 @@ class Shard:
         plan: ProbePlan,
         *,
         on_window_done: Callable[[], None],
-        on_exceed: Callable[[int, int], None] | None = None,
+        on_exceed: Callable[[int, int, int], None] | None = None,
     ) -> ShardResult:
         """Send this shard's share of the schedule until :meth:`stop`; return what was measured.
 
         ``on_window_done`` is called once, when every window request of this shard has finished
         (with one shard, it should call :meth:`stop`). With ``plan.early_stop``, ``on_exceed``
-        receives this shard's counts of window requests over the TTFT and TPOT bounds each time
-        one of them grows.
+        receives this shard's counts of window requests over the TTFT and TPOT bounds, and of
+        its finished window requests, each time one of the first two grows (and, with
+        ``report_finished``, each time a window request finishes).
         """
         self._stopped = False
         self._queue.clear()
@@ -294,7 +327,8 @@ class Shard:
         self._window_done_sent = False
         self._on_window_done = on_window_done
         self._rule = plan.early_stop
-        self._on_exceed = on_exceed or (lambda ttft, tpot: None)
+        self._on_exceed = on_exceed or (lambda ttft, tpot, done: None)
+        self._window_finished = 0
         self._watched.clear()
         self._result = result = ShardResult()
         warm_ns = round(plan.warmup_s * 1e9)
@@ -438,7 +472,7 @@ class Shard:
         watched.ttft_counted = True
         result = self._result
         result.ttft_exceeding += 1
-        self._on_exceed(result.ttft_exceeding, result.tpot_exceeding)
+        self._on_exceed(result.ttft_exceeding, result.tpot_exceeding, self._window_finished)
 
     def _count_exceeding(self, record: RequestResult, watched: _Watched) -> None:
         rule = self._rule
@@ -448,6 +482,7 @@ class Shard:
             self._watched.discard(watched)
         if rule is None or self._stopped:
             return
+        self._window_finished += 1
         result = self._result
         ttft, tpot = record.ttft_ms, record.tpot_ms
         ttft_over = not record.ok or (ttft is not None and ttft > rule.ttft_ms)
@@ -459,8 +494,8 @@ class Shard:
         if tpot_over:
             result.tpot_exceeding += 1
             grew = True
-        if grew:
-            self._on_exceed(result.ttft_exceeding, result.tpot_exceeding)
+        if grew or rule.report_finished:
+            self._on_exceed(result.ttft_exceeding, result.tpot_exceeding, self._window_finished)
 
     def _done(self, record: RequestResult, in_window: bool, watched: _Watched | None) -> None:
         self._in_flight -= 1

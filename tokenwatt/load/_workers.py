@@ -1,7 +1,7 @@
 """Worker processes: each runs one :class:`~tokenwatt.load._shard.Shard` on its own event loop.
 
 The parent talks to them over pipes: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``
-in; ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot)`` (early stop: the
+in; ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot, finished)`` (early stop: the
 shard's counts of window requests over the SLO), ``("result", ShardResult)``, ``("error", text)``
 out. Workers ignore SIGINT (Ctrl-C reaches the whole process group; the parent decides how
 they stop) and exit when the parent's end of the pipe closes.
@@ -63,7 +63,7 @@ def worker_main(conn: Connection, init: WorkerInit) -> None:
     """Entry point of a worker process: serve probe commands until told to exit.
 
     Messages in: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``.
-    Messages out: ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot)``,
+    Messages out: ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot, finished)``,
     ``("result", ShardResult)``, ``("error", text)``.
     """
     # Ctrl-C reaches the whole process group; the parent decides how workers stop.
@@ -106,7 +106,7 @@ async def _serve(conn: Connection, init: WorkerInit) -> None:
                 result = await shard.run(
                     plan,
                     on_window_done=lambda: conn.send(("window_done",)),
-                    on_exceed=lambda ttft, tpot: conn.send(("exceed", ttft, tpot)),
+                    on_exceed=lambda ttft, tpot, done: conn.send(("exceed", ttft, tpot, done)),
                 )
             except (OSError, ValueError, RuntimeError) as exc:
                 conn.send(("error", f"worker {plan.shard}: {type(exc).__name__}: {exc}"))
@@ -219,8 +219,8 @@ class WorkerPool:
                 if kind == "window_done":
                     window_open.discard(w)
                 elif kind == "exceed":
-                    if tally is not None and tally.update(w, message[1], message[2]):
-                        window_open.clear()  # proven failed: stop every worker now
+                    if tally is not None and tally.update(w, message[1], message[2], message[3]):
+                        window_open.clear()  # verdict proven: stop every worker now
                 elif kind == "result" and stopping:
                     results[w] = message[1]
                 else:

@@ -301,6 +301,7 @@ class LoadGenerator:
         stream: int | None = None,
         keep_requests: bool = True,
         early_stop: bool = False,
+        certify_pass: bool = False,
     ) -> ProbeRecord:
         """Run one probe and return its record.
 
@@ -318,6 +319,8 @@ class LoadGenerator:
             keep_requests: include the window requests table in the record.
             early_stop: stop as soon as the probe has provably failed the SLO (see the module
                 docstring).
+            certify_pass: stop as soon as the probe has provably met the SLO (the window
+                requests still to finish could no longer push either p99 over its bound).
 
         Raises:
             ValueError: a non-positive rate or window.
@@ -342,6 +345,7 @@ class LoadGenerator:
                 repeat=repeat,
                 keep_requests=keep_requests,
                 early_stop=early_stop,
+                certify_pass=certify_pass,
             )
             pacing_bound = record.client_bound and not (
                 record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
@@ -378,19 +382,27 @@ class LoadGenerator:
         repeat: int | None,
         keep_requests: bool,
         early_stop: bool = False,
+        certify_pass: bool = False,
     ) -> ProbeRecord:
         rule: EarlyStopRule | None = None
         tally: ExceedTally | None = None
         planned = 0
-        if early_stop:
+        if early_stop or certify_pass:
             planned = self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
             if planned > 0:
                 rule = EarlyStopRule(
                     ttft_ms=slo.ttft_p99_ms,
                     tpot_ms=slo.tpot_p99_ms,
                     count_waiting=self.engine.ignore_eos,
+                    report_finished=certify_pass,
                 )
-                tally = ExceedTally(workers, exceeding_to_fail(planned))
+                tally = ExceedTally(
+                    workers,
+                    exceeding_to_fail(planned),
+                    planned=planned,
+                    stop_on_fail=early_stop,
+                    stop_on_pass=certify_pass,
+                )
         pool = await self._ensure_pool(workers)
         started = dt.datetime.now(dt.UTC)
         t0_ns = time.monotonic_ns() + int(_START_LEAD_S * _NS)
@@ -432,8 +444,8 @@ class LoadGenerator:
             if pool is None:
                 shard = Shard(self.client, self.workload, spin_s=self.spin_s)
 
-                def exceed(ttft: int, tpot: int) -> None:
-                    if tally is not None and tally.update(0, ttft, tpot):
+                def exceed(ttft: int, tpot: int, finished: int) -> None:
+                    if tally is not None and tally.update(0, ttft, tpot, finished):
                         shard.stop()
 
                 results = [await shard.run(plans[0], on_window_done=shard.stop, on_exceed=exceed)]
@@ -481,6 +493,7 @@ class LoadGenerator:
                     exceeding_needed=tally.needed,
                     ttft_exceeding=tally.ttft_exceeding,
                     tpot_exceeding=tally.tpot_exceeding,
+                    outcome=tally.outcome,
                 )
                 if tally is not None and tally.stopped_ns is not None
                 else None
@@ -488,9 +501,10 @@ class LoadGenerator:
         )
         if record.early_stop is not None:
             logger.info(
-                "probe %d stopped early: %d of %d window requests over the TTFT bound, %d over"
-                " the TPOT bound (%d prove the p99 over it); %d cut, %d never sent",
+                "probe %d stopped early (certain %s): %d of %d window requests over the TTFT"
+                " bound, %d over the TPOT bound (%d prove the p99 over it); %d cut, %d never sent",
                 index,
+                record.early_stop.outcome,
                 record.early_stop.ttft_exceeding,
                 planned,
                 record.early_stop.tpot_exceeding,

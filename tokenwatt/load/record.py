@@ -14,6 +14,7 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -37,6 +38,8 @@ class StopNote:
     exceeding_needed: int
     ttft_exceeding: int
     tpot_exceeding: int
+    outcome: Literal["fail", "pass"] = "fail"
+    """The window's verdict that was certain at the stop."""
 
 
 def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTable:
@@ -117,6 +120,7 @@ def build_probe_record(
         unsent = max(0, stop.planned_window_requests - n)
         if cut or unsent:  # else every window request had finished: a complete probe
             early = EarlyStop(
+                outcome=stop.outcome,
                 stopped_ns=stop.stopped_ns,
                 planned_window_requests=stop.planned_window_requests,
                 exceeding_needed=stop.exceeding_needed,
@@ -196,7 +200,7 @@ def build_probe_record(
         tpot_ms=tpot,
         itl_ms=_itl_stats(window),
         e2e_ms=e2e,
-        slo_pass=early is None
+        slo_pass=(early is None or early.outcome == "pass")
         and metrics.slo_pass(ttft_ms=ttft, tpot_ms=tpot, slo=slo, client_bound=client_bound),
         workers=max(1, len(shards)),
         running_batch_mean=batch,

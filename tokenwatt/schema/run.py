@@ -38,8 +38,9 @@ __all__ = [
     "RunOutcome",
 ]
 
-ProbePhase = Literal["search", "bisect", "confirm", "rates"]
-"""Why a probe ran: search, bisection, confirmation at the found rate, or an explicit rate."""
+ProbePhase = Literal["search", "bisect", "refine", "confirm", "rates"]
+"""Why a probe ran: search, bisection, refinement of the capacity estimate (adaptive sweep),
+confirmation at the found rate, or an explicit rate."""
 
 NonNegFloat = Annotated[float, Field(ge=0)]
 LatencyMs = Annotated[float, Field(ge=0)]
@@ -92,16 +93,24 @@ class RequestTable(StrictModel):
 
 
 class EarlyStop(StrictModel):
-    """A probe stopped as soon as it had provably failed its SLO (``sweep.early_stop``).
+    """A probe stopped as soon as its window's verdict was certain.
 
-    With N window requests, the nearest-rank p99 exceeds the SLO as soon as more than
-    N - ceil(0.99 N) of them exceed it; a failed request, or one still waiting for its first
-    token longer than the TTFT bound, already does. N is known from the arrival schedule before
-    the probe starts. Window requests still in flight at the stop are cancelled (status
-    ``cancelled``, counted as +inf like every failure) and those not yet sent are never sent:
-    the probe's latency figures cover the requests sent before the stop, and it never passes.
+    With N window requests, the nearest-rank p99 exceeds a bound exactly when more than
+    N - ceil(0.99 N) of them exceed it. ``outcome: fail`` (``sweep.early_stop``, and the adaptive
+    sweep's search probes): N - ceil(0.99 N) + 1 window requests exceeded a bound (a failed
+    request, or one still waiting for its first token longer than the TTFT bound, already does),
+    so the p99 is over it whatever the others do. ``outcome: pass`` (the adaptive sweep's search
+    probes): so few window requests are left that, even if all of them and every one already
+    over exceeded both bounds, neither p99 could exceed it. N is known from the arrival schedule
+    before the probe starts. Window requests still in flight at the stop are cancelled (status
+    ``cancelled``, +inf like every failure) and those not yet sent are never sent: the probe's
+    latency figures cover the requests sent before the stop. A probe stopped on a fail never
+    passes; one stopped on a pass does, and is used for the capacity's bracket only.
     """
 
+    outcome: Literal["fail", "pass"] = Field(
+        default="fail", description="The verdict that was certain when the probe stopped"
+    )
     stopped_ns: int = Field(description="Monotonic clock when the probe was stopped, ns")
     planned_window_requests: Annotated[int, Field(ge=1)] = Field(
         description="N: window requests the schedule held"
@@ -124,11 +133,18 @@ class EarlyStop(StrictModel):
 
     @model_validator(mode="after")
     def _proven(self) -> EarlyStop:
-        if max(self.ttft_exceeding, self.tpot_exceeding) < self.exceeding_needed:
+        worst = max(self.ttft_exceeding, self.tpot_exceeding)
+        if self.outcome == "fail" and worst < self.exceeding_needed:
             raise ValueError(
                 f"neither ttft_exceeding ({self.ttft_exceeding}) nor tpot_exceeding"
                 f" ({self.tpot_exceeding}) reaches exceeding_needed ({self.exceeding_needed}):"
                 " the probe was not proven to fail"
+            )
+        left = self.cut_window_requests + self.unsent_window_requests
+        if self.outcome == "pass" and worst + left >= self.exceeding_needed:
+            raise ValueError(
+                f"{worst} window requests over a bound and {left} cut or unsent could reach"
+                f" exceeding_needed ({self.exceeding_needed}): the probe was not proven to pass"
             )
         return self
 
@@ -229,8 +245,12 @@ class ProbeRecord(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ProbeRecord:
-        if self.early_stop is not None and self.slo_pass:
-            raise ValueError("a probe stopped early (early_stop) cannot pass its SLO")
+        stop = self.early_stop
+        if stop is not None and self.slo_pass != (stop.outcome == "pass"):
+            raise ValueError(
+                f"a probe stopped early on a certain {stop.outcome} (early_stop.outcome) has"
+                f" slo_pass {self.slo_pass}"
+            )
         if self.ok + self.failed != self.window_requests:
             raise ValueError(
                 f"ok ({self.ok}) + failed ({self.failed}) != window_requests"

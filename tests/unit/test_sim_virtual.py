@@ -1,0 +1,116 @@
+"""The engine in virtual time behind the probe protocol (tokenwatt.sim.virtual)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from tokenwatt.load.workload import build_workload
+from tokenwatt.plan import engine_config, with_seed
+from tokenwatt.schema.spec import SimSpec
+from tokenwatt.sim.virtual import VirtualServer
+from tokenwatt.store import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "specs" / "demo-sim.spec.yaml"
+
+
+def server(*, seed: int = 0, timeout_s: float = 120.0, efficiency: float | None = None):
+    spec = with_seed(load_spec(DEMO), seed)
+    if efficiency is not None:
+        sim = (spec.engine.sim or SimSpec()).model_copy(update={"bandwidth_efficiency": efficiency})
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim": sim})})
+    config = engine_config(spec, DEMO)
+    workload = build_workload(spec, spec_path=DEMO, context_tokens=config.max_model_len)
+    return spec, VirtualServer(config, workload, request_timeout_s=timeout_s), workload
+
+
+def test_a_probe_keeps_every_window_request_and_its_figures_agree():
+    spec, vs, workload = server()
+    probe = vs.probe(index=3, phase="search", rate_rps=9.0, warmup_s=10, window_s=30, slo=spec.slo)
+    rec = probe.record
+    scheduled = list(itertools.takewhile(lambda t: t < 40.0, workload.arrivals(9.0, stream=3)))
+    in_window = [t for t in scheduled if t >= 10.0]
+    assert rec.window_requests == len(in_window)
+    assert rec.requests is not None
+    assert rec.ok == rec.window_requests  # 9 req/s is well within this engine's reach
+    assert rec.goodput_tok_s == pytest.approx(rec.output_tokens / 30.0)
+    # ignore_eos: every answer runs to its max_tokens, which the workload drew.
+    lengths = [workload.lengths(i, stream=3)[1] for i, t in enumerate(scheduled) if t >= 10.0]
+    assert sorted(rec.requests.output_tokens) == sorted(lengths)
+    assert rec.slo_pass
+    assert rec.batch_source == "metrics"
+    assert rec.running_batch_mean is not None
+    assert rec.running_batch_mean > 1
+    # It lasts the warm-up, the window, and the drain of the last window requests.
+    assert 40.0 < probe.seconds < 40.0 + 15.0
+
+
+def test_same_seed_same_record_and_every_config_sees_the_same_schedule():
+    spec, a, _ = server()
+    _, b, _ = server()
+    _, tuned, _ = server(efficiency=0.85)
+    kw = dict(index=1, phase="search", rate_rps=10.0, warmup_s=5, window_s=15, slo=spec.slo)
+    ra, rb, rt = (s.probe(**kw).record for s in (a, b, tuned))
+    assert ra.requests == rb.requests
+    # Common random numbers: the other config gets the same arrivals and lengths at this rate.
+    assert ra.requests is not None
+    assert rt.requests is not None
+    assert rt.requests.t_sched_s == ra.requests.t_sched_s
+    assert rt.requests.input_tokens == ra.requests.input_tokens
+    assert rt.requests.output_tokens == ra.requests.output_tokens
+    # ... and is faster on it.
+    assert rt.tpot_ms.p50 is not None
+    assert ra.tpot_ms.p50 is not None
+    assert rt.tpot_ms.p50 < ra.tpot_ms.p50 * 0.95
+
+
+def test_a_probe_over_the_slo_stops_early_on_a_certain_fail():
+    spec, vs, workload = server()
+    stopped = vs.probe(
+        index=0, phase="search", rate_rps=18.0, warmup_s=5, window_s=30, slo=spec.slo,
+        early_stop=True,
+    )  # fmt: skip
+    stop = stopped.record.early_stop
+    assert stop is not None
+    assert stop.outcome == "fail"
+    assert max(stop.ttft_exceeding, stop.tpot_exceeding) >= stop.exceeding_needed
+    arrivals = itertools.takewhile(lambda t: t < 35.0, workload.arrivals(18.0, stream=0))
+    planned = sum(1 for t in arrivals if t >= 5.0)
+    assert stop.planned_window_requests == planned
+    assert stop.unsent_window_requests > 0
+    assert not stopped.record.slo_pass
+    assert stopped.seconds < 35.0  # it never reached the end of its window
+
+
+def test_a_light_probe_stops_once_its_pass_is_certain():
+    spec, vs, _ = server()
+    full = vs.probe(index=0, phase="search", rate_rps=6.0, warmup_s=5, window_s=40, slo=spec.slo)
+    spec, vs, _ = server()
+    certified = vs.probe(
+        index=0, phase="search", rate_rps=6.0, warmup_s=5, window_s=40, slo=spec.slo,
+        certify_pass=True,
+    )  # fmt: skip
+    assert full.record.slo_pass
+    assert certified.record.slo_pass
+    stop = certified.record.early_stop
+    assert stop is not None
+    assert stop.outcome == "pass"
+    left = stop.cut_window_requests + stop.unsent_window_requests
+    assert left > 0
+    assert max(stop.ttft_exceeding, stop.tpot_exceeding) + left < stop.exceeding_needed
+    assert certified.seconds < full.seconds
+
+
+def test_requests_past_their_timeout_fail():
+    spec, vs, _ = server(timeout_s=1.0)  # answers of ~96 tokens at ~30 ms take ~3 s
+    rec = vs.probe(
+        index=0, phase="search", rate_rps=5.0, warmup_s=2, window_s=10, slo=spec.slo
+    ).record
+    assert rec.requests is not None
+    assert rec.failures_by_cause.get("timeout", 0) > rec.window_requests // 2
+    assert all(s == "ok" or s == "timeout" for s in rec.requests.status)
+    assert rec.tpot_ms.p99 == float("inf")
+    assert not rec.slo_pass
