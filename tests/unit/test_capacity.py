@@ -1,0 +1,213 @@
+"""SLO capacity: counts, the logistic fit, Fieller's interval, the relative fit (hand-worked)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests import factories
+from tokenwatt import capacity
+from tokenwatt.capacity import (
+    ProbeCounts,
+    estimate_capacity,
+    fit_constraint,
+    probe_counts,
+    relative_capacity,
+)
+from tokenwatt.schema.run import EarlyStop, RequestTable
+from tokenwatt.schema.spec import SloSpec
+
+SLO = SloSpec(ttft_p99_ms=1000.0, tpot_p99_ms=40.0)
+LOGIT_01 = math.log(0.01 / 0.99)
+
+
+def table(tpot: list[float | None], *, status: list[str] | None = None, ttft: float = 100.0):
+    n = len(tpot)
+    status = status or ["ok"] * n
+    return RequestTable(
+        t_sched_s=[i * 0.1 for i in range(n)],
+        send_lag_ms=[0.0] * n,
+        ttft_ms=[ttft if s == "ok" else None for s in status],
+        tpot_ms=[v if s == "ok" else None for v, s in zip(tpot, status, strict=True)],
+        e2e_ms=[1000.0 if s == "ok" else None for s in status],
+        input_tokens=[10] * n,
+        output_tokens=[10] * n,
+        status=status,
+    )
+
+
+def probe_with(index: int, rate: float, tab: RequestTable, **kw):
+    n = len(tab.status)
+    ok = sum(1 for s in tab.status if s == "ok")
+    return factories.probe(
+        index,
+        rate=rate,
+        window_requests=n,
+        ok=ok,
+        failed=n - ok,
+        output_tokens=10 * ok,
+        goodput_tok_s=10 * ok / 10.0,
+        requests=tab,
+        **kw,
+    )
+
+
+def test_counts_follow_the_nearest_rank_rule():
+    # 200 requests: 2 over the TPOT bound and 1 failed (over every bound): k = 3. Nearest rank
+    # allows 200 - ceil(0.99 * 200) = 2 over, so the probe fails the TPOT bound. A successful
+    # one-token answer (TPOT None) is left out: n = 199 counted.
+    tpot = [30.0] * 195 + [41.0, 45.0, None, 30.0, 30.0]
+    status = ["ok"] * 199 + ["timeout"]
+    p = probe_with(0, 10.0, table(tpot, status=status), passed=False)
+    counts = probe_counts([p], SLO)
+    (tp,) = counts["tpot"]
+    assert (tp.requests, tp.exceeding, tp.passed) == (199, 3, False)
+    (tt,) = counts["ttft"]
+    assert (tt.requests, tt.exceeding, tt.passed) == (200, 1, True)
+
+
+def test_client_bound_probes_are_left_out():
+    p = probe_with(0, 10.0, table([30.0] * 100), client_bound=True, passed=False)
+    assert probe_counts([p], SLO) == {"ttft": [], "tpot": []}
+
+
+def test_a_probe_stopped_on_a_fail_counts_only_for_the_bound_that_proved_it():
+    tab = table([50.0] * 5 + [30.0] * 5 + [None] * 10, status=["ok"] * 10 + ["cancelled"] * 10)
+    stop = EarlyStop(
+        stopped_ns=5,
+        planned_window_requests=400,
+        exceeding_needed=5,
+        ttft_exceeding=0,
+        tpot_exceeding=5,
+        cut_window_requests=10,
+        unsent_window_requests=380,
+    )
+    p = probe_with(0, 20.0, tab, early_stop=stop, passed=False)
+    counts = probe_counts([p], SLO)
+    assert counts["ttft"] == []  # stopped by TPOT: the TTFT verdict is unknown
+    (tp,) = counts["tpot"]
+    # The cut requests are left out of the counts: 5 of the 10 that finished were over.
+    assert (tp.requests, tp.exceeding, tp.complete, tp.passed) == (10, 5, False, False)
+
+
+def test_fieller_interval_by_hand():
+    # a - L = -2, b = 4: x = 0.5. Var(a) = 0.04, Var(b) = 0.01, Cov = 0, t^2 = 4.
+    # (b^2 - t^2 Vbb) x^2 + 2 ((a - L) b - t^2 Vab) x + ((a - L)^2 - t^2 Vaa) <= 0
+    # 15.96 x^2 - 16 x + 3.84 <= 0: x = (16 -+ sqrt(256 - 245.1456)) / 31.92
+    import numpy as np
+
+    low, high = capacity._fieller(LOGIT_01 - 2.0, 4.0, np.array([[0.04, 0.0], [0.0, 0.01]]), 4.0)
+    root = math.sqrt(256.0 - 4 * 15.96 * 3.84)
+    assert low == pytest.approx((16.0 - root) / 31.92, rel=1e-12)
+    assert high == pytest.approx((16.0 + root) / 31.92, rel=1e-12)
+    assert low == pytest.approx(0.398039, abs=1e-6)
+    assert high == pytest.approx(0.604467, abs=1e-6)
+    # A slope not clearly positive (b^2 <= t^2 Vbb): unbounded.
+    assert capacity._fieller(LOGIT_01, 0.1, np.array([[0.04, 0.0], [0.0, 0.01]]), 4.0) is None
+
+
+def _exact(rate: float, *, b: float = 10.0, capacity_rps: float = 10.0, n: int = 1_000_000):
+    # logit q = L + b ln(r / capacity): q = 1 % exactly at the capacity.
+    q = 1.0 / (1.0 + math.exp(-(LOGIT_01 + b * math.log(rate / capacity_rps))))
+    k = round(q * n)
+    return ProbeCounts(index=0, rate_rps=rate, requests=n, exceeding=k, complete=True,
+                       passed=k <= n - math.ceil(0.99 * n))  # fmt: skip
+
+
+def test_exact_logistic_counts_give_back_the_capacity_and_slope():
+    counts = [_exact(r) for r in (8.0, 9.0, 10.0, 11.0, 12.5)]
+    fit = fit_constraint("tpot", counts)
+    assert fit.method == "logistic"
+    assert fit.capacity_rps == pytest.approx(10.0, rel=1e-4)
+    assert fit.slope == pytest.approx(10.0, rel=1e-3)
+    # Counts that follow the model exactly have no extra scatter: phi is its floor, 1.
+    assert fit.dispersion == pytest.approx(1.0)
+    assert fit.ci_rps is not None
+    assert fit.ci_rps[0] < 10.0 < fit.ci_rps[1]
+    assert fit.ci_rps[1] / fit.ci_rps[0] < 1.01  # a million requests per probe: narrow
+    assert fit.fraction_at(10.0) == pytest.approx(0.01, rel=1e-3)
+
+
+def test_overdispersed_counts_widen_the_interval():
+    exact = [_exact(r, n=20_000) for r in (8.0, 9.0, 10.0, 11.0, 12.5)]
+    # The same probes with their counts scattered (as tail episodes scatter them).
+    noisy = [
+        ProbeCounts(c.index, c.rate_rps, c.requests, max(0, round(c.exceeding * f)), True, c.passed)
+        for c, f in zip(exact, (1.8, 0.4, 1.6, 0.5, 1.3), strict=True)
+    ]
+    a = fit_constraint("tpot", exact)
+    b = fit_constraint("tpot", noisy)
+    assert b.dispersion is not None
+    assert b.dispersion > 10
+    assert a.ci_rps is not None
+    width_a = math.log(a.ci_rps[1] / a.ci_rps[0])
+    width_b = math.log(b.ci_rps[1] / b.ci_rps[0]) if b.ci_rps else math.inf
+    assert width_b > 3 * width_a
+
+
+def test_no_crossing_reports_a_bound_only():
+    passing = [ProbeCounts(i, r, 1000, 0, True, True) for i, r in enumerate((5.0, 8.0, 12.0))]
+    fit = fit_constraint("ttft", passing)
+    assert (fit.method, fit.capacity_rps, fit.lower_bound_rps) == ("above_all", None, 12.0)
+    failing = [ProbeCounts(i, r, 1000, 900, True, False) for i, r in enumerate((5.0, 8.0))]
+    fit = fit_constraint("ttft", failing)
+    assert (fit.method, fit.capacity_rps, fit.upper_bound_rps) == ("below_all", None, 5.0)
+
+
+def test_estimate_takes_the_lower_bound_as_binding():
+    probes = []
+    for i, (rate, over) in enumerate(((8.0, 0), (10.0, 2), (11.0, 8), (12.0, 30), (14.0, 200))):
+        tpot = [45.0] * over + [30.0] * (1000 - over)
+        probes.append(probe_with(i, rate, table(tpot), passed=over <= 10))
+    est = estimate_capacity(probes, SLO)
+    assert est.binding_slo == "tpot"
+    assert est.fits["ttft"].method == "above_all"
+    assert est.capacity_rps is not None
+    assert 10.0 < est.capacity_rps < 12.0
+    assert est.bracket_rps == (11.0, 12.0)
+
+
+def test_relative_capacity_by_hand():
+    # ln(p99 / S) = alpha_k + 0.5 ln r, config B's curve 10 % further right in rate:
+    # alpha_B = alpha_A - 0.5 ln 1.1, so ln(c_B / c_A) = (alpha_A - alpha_B) / 0.5 = ln 1.1.
+    def run(alpha: float, rates: tuple[float, ...], noise: tuple[float, ...]):
+        out = []
+        for i, (r, e) in enumerate(zip(rates, noise, strict=True)):
+            p99 = 40.0 * math.exp(alpha + 0.5 * math.log(r) + e)
+            out.append(factories.probe(i, rate=r, window_requests=500, ok=500,
+                                       tpot_ms=factories.stats(p99, 500)))  # fmt: skip
+        return out
+
+    alpha_a = -0.5 * math.log(10.0)  # crosses S at 10 req/s
+    alpha_b = alpha_a - 0.5 * math.log(1.1)
+    zero = (0.0, 0.0, 0.0, 0.0)
+    a = run(alpha_a, (9.0, 9.5, 10.5, 11.0), zero)
+    b = run(alpha_b, (10.0, 10.5, 11.5, 12.0), zero)
+    rel = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
+    assert rel is not None
+    assert rel.slope == pytest.approx(0.5, rel=1e-9)
+    assert rel.change_pct(1) == pytest.approx(10.0, rel=1e-9)
+    # With scatter the interval has width and still holds the change.
+    noise = (0.01, -0.01, -0.01, 0.01)
+    rel = relative_capacity(
+        [
+            run(alpha_a, (9.0, 9.5, 10.5, 11.0), noise),
+            run(alpha_b, (10.0, 10.5, 11.5, 12.0), noise),
+        ],
+        SLO,
+        binding="tpot",
+        centres_rps=[10.0, 11.0],
+    )
+    assert rel is not None
+    ci = rel.ci_pct(1)
+    assert ci is not None
+    assert ci[0] < 10.0 < ci[1]
+    assert ci[1] - ci[0] > 0.5
+    assert rel.dof == 8 - 3
+
+
+def test_relative_capacity_needs_two_usable_probes_each():
+    a = [factories.probe(0, rate=10.0, window_requests=500, ok=500)]
+    b = [factories.probe(0, rate=10.0, window_requests=500, ok=500)] * 2
+    assert relative_capacity([a, b], SLO, binding="tpot", centres_rps=[None, None]) is None

@@ -1,0 +1,633 @@
+"""SLO capacity: the highest Poisson rate that meets the SLO, from every probe of a run (pure).
+
+**What is estimated.** A probe at rate r meets the SLO when its p99 TTFT and p99 TPOT are within
+the bounds (methodology, "SLO pass"). The *SLO capacity* is the highest rate at which the
+steady-state p99 (the limit of long windows) meets them. For one latency with bound S, the
+nearest-rank p99 of n requests is at most S exactly when at most n - ceil(0.99 n) of them
+exceed S, so in steady state "p99 <= S" is "the fraction of requests over S is at most 1 %".
+That fraction, q(r), rises with the rate; the capacity for that latency is the rate where q(r)
+crosses 1 %, and the SLO capacity is the lower of the two (the *binding* SLO).
+
+**Why exceedances, not each probe's p99.** A probe's p99 over a short window is a biased
+estimate of the steady-state p99: latency tails come in episodes (a burst of arrivals slows every
+request in flight), a short window often holds none, and then its p99 reads low. On the demo's
+scenario the median p99 TPOT of 15 s windows is 4 % under the 1,200 s value, which at its flat
+latency-versus-rate curve moves the boundary by more than 10 %. The count of requests over the
+bound is a sum: its expectation is n q(r) whatever the window's length, so probes of any length
+pool without bias.
+
+**The fit.** Each probe i gives n_i requests (failed ones count as over every bound, as +inf)
+and k_i of them over the bound. Across probes, q is modelled as logistic in the log of the rate,
+logit q(r) = a + b ln r with b > 0, fitted by maximum likelihood (iteratively reweighted least
+squares) to the probes near the crossing (within :data:`NEIGHBOURHOOD_LN` in ln r of it, at least
+:data:`MIN_PROBES` of them; the model need only hold locally). The episodes make the counts
+*overdispersed*: requests in one probe are not independent, so the binomial variance is too
+small by a factor phi, estimated from the probes' Pearson residuals (phi = chi^2 / (m - 2),
+at least 1). The capacity is the rate where the fit crosses 1 %, ln r* = (logit 0.01 - a) / b.
+
+**The interval.** Fieller's interval for the ratio (logit 0.01 - a) / b with the covariance of
+(a, b) scaled by phi and Student's t with m - 2 degrees of freedom: the set of rates at which the
+fitted logit is not distinguishable from logit 0.01. With few probes or a flat curve it is wide,
+and when the slope is not clearly positive it is unbounded; then the capacity falls back to the
+measured bracket (below). The interval's coverage is measured against the simulator's ground
+truth (``benchmarks/README.md``, "SLO capacity"), never assumed.
+
+**The bracket** (highest passing probe, lowest failing probe above it) stands beside the
+estimate: it is what was measured, the estimate is what the measurements imply. When the fit
+cannot be made (too few probes with requests over the bound, a slope that is not positive, or a
+crossing outside the probed rates), the capacity is the bracket's geometric middle with no
+interval. When no probe
+exceeds a bound, or none meets it, there is no crossing to fit: the capacity is reported as at
+least the highest passing rate (or under the lowest failing one) with no interval.
+
+Probes used: every probe that is not client-bound (the harness, not the server, limited it) and
+has window requests. A probe stopped early (it had provably failed) is used for the bracket
+only: its counts stop exactly when they reach the proof, which would bias the fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from tokenwatt.schema.run import ProbeRecord, RequestTable
+from tokenwatt.schema.spec import SloSpec
+
+__all__ = [
+    "CONFIDENCE",
+    "MIN_PROBES",
+    "MIN_WINDOW_REQUESTS",
+    "NEIGHBOURHOOD_LN",
+    "TARGET_FRACTION",
+    "CapacityEstimate",
+    "ConstraintFit",
+    "ProbeCounts",
+    "RelativeCapacity",
+    "SloName",
+    "estimate_capacity",
+    "exceedance",
+    "fit_constraint",
+    "probe_counts",
+    "relative_capacity",
+]
+
+SloName = Literal["ttft", "tpot"]
+
+CONFIDENCE = 0.95
+TARGET_FRACTION = 0.01
+"""p99: at most 1 % of requests over the bound."""
+NEIGHBOURHOOD_LN = 0.35
+"""Probes within this distance of the crossing in ln r (about ±22 %) enter the fit."""
+MIN_PROBES = 3
+"""The fit needs at least this many probes (two parameters and one for the dispersion)."""
+_MAX_ITER = 100
+_EXTRAPOLATION = 1.05
+"""A crossing more than this factor outside the fitted probes' rates is not reported."""
+_LOGIT_TARGET = math.log(TARGET_FRACTION / (1.0 - TARGET_FRACTION))
+
+
+@dataclass(frozen=True)
+class ProbeCounts:
+    """One probe's requests over one bound."""
+
+    index: int
+    rate_rps: float
+    requests: int
+    """Requests counted: window requests, less successful ones with no value (TPOT of a
+    one-token answer)."""
+    exceeding: int
+    """Requests over the bound, failed ones included."""
+    complete: bool
+    """Not stopped early."""
+    passed: bool
+    """This bound's nearest-rank p99 is within it over the probe's window."""
+
+
+@dataclass(frozen=True)
+class ConstraintFit:
+    """The capacity for one latency bound."""
+
+    slo: SloName
+    capacity_rps: float | None
+    """Point estimate (None: no crossing found; see ``lower_bound_rps`` / ``upper_bound_rps``)."""
+    ci_rps: tuple[float, float] | None
+    """95 % interval, when the fit gives a bounded one."""
+    method: Literal["logistic", "bracket", "above_all", "below_all"]
+    """``logistic``: the fit; ``bracket``: the fit failed, the bracket's geometric middle;
+    ``above_all``: no probe exceeded the bound; ``below_all``: no probe met it."""
+    lower_bound_rps: float | None = None
+    """Highest rate at which this bound was met."""
+    upper_bound_rps: float | None = None
+    """Lowest rate above it at which it was not."""
+    probes_used: int = 0
+    dispersion: float | None = None
+    """phi: how much more the counts vary than independent requests would."""
+    dof: int | None = None
+    log_se: float | None = None
+    """Standard error of ln(capacity) (delta method, dispersion included)."""
+    intercept: float | None = None
+    slope: float | None = None
+    """b of logit q = a + b ln r."""
+
+    def fraction_at(self, rate_rps: float) -> float | None:
+        """The fitted fraction of requests over the bound at a rate (None without a fit)."""
+        if self.intercept is None or self.slope is None:
+            return None
+        return _expit(self.intercept + self.slope * math.log(rate_rps))
+
+
+@dataclass(frozen=True)
+class CapacityEstimate:
+    """The SLO capacity of one run."""
+
+    capacity_rps: float | None
+    ci_rps: tuple[float, float] | None
+    binding_slo: SloName | None
+    bracket_rps: tuple[float | None, float | None]
+    """(highest passing probe, lowest failing probe above it), req/s."""
+    fits: dict[SloName, ConstraintFit] = field(default_factory=dict)
+    probes_used: int = 0
+    log_se: float | None = None
+    dof: int | None = None
+    method: str = ""
+
+    @property
+    def half_width_pct(self) -> float | None:
+        """Half the interval's width relative to the estimate, in percent."""
+        if self.capacity_rps is None or self.ci_rps is None:
+            return None
+        return (self.ci_rps[1] - self.ci_rps[0]) / 2.0 / self.capacity_rps * 100.0
+
+
+def _expit(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def exceedance(
+    table: RequestTable, column: str, bound_ms: float, *, skip_cancelled: bool = False
+) -> tuple[int, int]:
+    """(requests counted, requests over ``bound_ms``) of one column of a probe's requests.
+
+    A failed request counts as over; a successful one with no value (TPOT of a one-token
+    answer) is left out; cancelled ones (cut by an early stop) are left out on request.
+    """
+    n = k = 0
+    for status, value in zip(table.status, getattr(table, column), strict=True):
+        if status == "cancelled" and skip_cancelled:
+            continue
+        if status != "ok":
+            n += 1
+            k += 1
+        elif value is not None:
+            n += 1
+            if value > bound_ms:
+                k += 1
+    return n, k
+
+
+def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, list[ProbeCounts]]:
+    """Per bound, the counts of every usable probe (see the module docstring).
+
+    A probe stopped early on a fail counts as failing only the bound that proved it (the other
+    bound's verdict is unknown: its cut requests say nothing about it), and its counts leave the
+    cut requests out.
+    """
+    out: dict[SloName, list[ProbeCounts]] = {"ttft": [], "tpot": []}
+    bounds: dict[SloName, float] = {"ttft": slo.ttft_p99_ms, "tpot": slo.tpot_p99_ms}
+    for p in probes:
+        if p.client_bound or p.requests is None or p.window_requests == 0:
+            continue
+        stop = p.early_stop
+        for name, bound in bounds.items():
+            n, k = exceedance(p.requests, f"{name}_ms", bound, skip_cancelled=stop is not None)
+            if n == 0:
+                continue
+            if stop is None:
+                # Nearest rank: p99 <= bound exactly when at most n - ceil(0.99 n) values
+                # exceed it.
+                allowed = n - max(1, math.ceil(round(0.99 * n, 9)))
+                passed = k <= allowed
+            elif stop.outcome == "pass":
+                passed = True
+            else:
+                proved = stop.ttft_exceeding if name == "ttft" else stop.tpot_exceeding
+                if proved < stop.exceeding_needed:
+                    continue  # stopped by the other bound: this one's verdict is unknown
+                passed = False
+            out[name].append(
+                ProbeCounts(
+                    index=p.index,
+                    rate_rps=p.rate_rps,
+                    requests=n,
+                    exceeding=k,
+                    complete=stop is None,
+                    passed=passed,
+                )
+            )
+    return out
+
+
+def _logistic_mle(
+    x: np.ndarray, k: np.ndarray, n: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(a, b), their covariance and the Pearson chi^2 of logit q = a + b x; None if it fails."""
+    design = np.column_stack([np.ones_like(x), x])
+    pooled = (k.sum() + 0.5) / (n.sum() + 1.0)
+    beta = np.array([math.log(pooled / (1.0 - pooled)), 0.0])
+    for _ in range(_MAX_ITER):
+        eta = np.clip(design @ beta, -30.0, 30.0)
+        q = 1.0 / (1.0 + np.exp(-eta))
+        w = n * q * (1.0 - q) + 1e-12
+        z = eta + (k - n * q) / w
+        info = (design.T * w) @ design
+        try:
+            new = np.linalg.solve(info, (design.T * w) @ z)
+        except np.linalg.LinAlgError:
+            return None
+        if not np.all(np.isfinite(new)):
+            return None
+        if np.max(np.abs(new - beta)) < 1e-10:
+            beta = new
+            break
+        beta = new
+    eta = np.clip(design @ beta, -30.0, 30.0)
+    q = 1.0 / (1.0 + np.exp(-eta))
+    w = n * q * (1.0 - q) + 1e-12
+    info = (design.T * w) @ design
+    try:
+        cov = np.linalg.inv(info)
+    except np.linalg.LinAlgError:
+        return None
+    pearson = float((((k - n * q) ** 2) / w).sum())
+    return beta, cov, pearson
+
+
+def _fieller(a: float, b: float, cov: np.ndarray, t2: float) -> tuple[float, float] | None:
+    """Fieller's interval for x = (L - a) / b: {x : (a + b x - L)^2 <= t^2 Var(a + b x)}."""
+    c = a - _LOGIT_TARGET
+    v_aa, v_ab, v_bb = float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1])
+    qa = b * b - t2 * v_bb
+    if qa <= 0:
+        return None  # the slope is not clearly positive: the interval is unbounded
+    qb = 2.0 * (c * b - t2 * v_ab)
+    qc = c * c - t2 * v_aa
+    disc = qb * qb - 4.0 * qa * qc
+    if disc < 0:
+        return None  # pragma: no cover - impossible when qa > 0 (the estimate is inside)
+    root = math.sqrt(disc)
+    return (-qb - root) / (2.0 * qa), (-qb + root) / (2.0 * qa)
+
+
+def _bracket(counts: Sequence[ProbeCounts]) -> tuple[float | None, float | None]:
+    passed = [c.rate_rps for c in counts if c.passed]
+    low = max(passed) if passed else None
+    above = [c.rate_rps for c in counts if not c.passed and (low is None or c.rate_rps > low)]
+    return low, (min(above) if above else None)
+
+
+def fit_constraint(
+    slo: SloName,
+    counts: Sequence[ProbeCounts],
+    *,
+    confidence: float = CONFIDENCE,
+    include_incomplete: bool = False,
+) -> ConstraintFit:
+    """The capacity for one bound from its probes' counts (see the module docstring).
+
+    ``include_incomplete`` fits probes stopped early too, with the counts they had at the stop:
+    biased (the stop came exactly when they reached a proof), so only for deciding where to
+    probe next, never for a reported figure.
+    """
+    low, high = _bracket(counts)
+    if low is None:
+        return ConstraintFit(slo, None, None, "below_all", upper_bound_rps=high)
+    if high is None:
+        return ConstraintFit(slo, None, None, "above_all", lower_bound_rps=low)
+    # Without a fit, the bracket's geometric middle; no interval: the bracket comes from each
+    # probe's own verdict, which short windows bias towards passing (module docstring).
+    fallback = ConstraintFit(
+        slo,
+        math.sqrt(low * high),
+        None,
+        "bracket",
+        lower_bound_rps=low,
+        upper_bound_rps=high,
+    )
+    usable = [c for c in counts if c.complete or include_incomplete]
+    centre = math.log(math.sqrt(low * high))
+    best: ConstraintFit | None = None
+    for _ in range(5):
+        # The model need only hold near the crossing: fit the probes around the current
+        # estimate, and move the neighbourhood with it until it settles.
+        near = sorted(usable, key=lambda c: abs(math.log(c.rate_rps) - centre))
+        chosen = [c for c in near if abs(math.log(c.rate_rps) - centre) <= NEIGHBOURHOOD_LN]
+        if len(chosen) < MIN_PROBES:
+            chosen = near[:MIN_PROBES]
+        fit = _fit(slo, chosen, confidence, low, high)
+        if fit is None or fit.capacity_rps is None:
+            break
+        best = fit
+        new_centre = math.log(fit.capacity_rps)
+        if abs(new_centre - centre) < 1e-6:
+            break
+        centre = new_centre
+    return best if best is not None else fallback
+
+
+def _fit(
+    slo: SloName,
+    chosen: Sequence[ProbeCounts],
+    confidence: float,
+    low: float | None,
+    high: float | None,
+) -> ConstraintFit | None:
+    m = len(chosen)
+    rates = np.array([c.rate_rps for c in chosen])
+    if m < MIN_PROBES or np.ptp(np.log(rates)) == 0:
+        return None
+    k = np.array([c.exceeding for c in chosen], dtype=np.float64)
+    n = np.array([c.requests for c in chosen], dtype=np.float64)
+    if k.sum() == 0 or (k == n).all():
+        return None
+    x = np.log(rates)
+    shift = float(x.mean())
+    mle = _logistic_mle(x - shift, k, n)
+    if mle is None:
+        return None
+    (a, b), cov, pearson = mle
+    if not b > 0:
+        return None
+    # Degrees of freedom of the dispersion: probes far below the crossing expect almost no
+    # request over the bound and say almost nothing about phi; count those that expect one.
+    expected = n * np.array([_expit(float(a + b * xi)) for xi in x - shift])
+    dof = max(1, int((expected >= 1.0).sum()) - 2)
+    phi = max(1.0, pearson / max(1, m - 2))
+    t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
+    centre = (_LOGIT_TARGET - a) / b
+    grad = np.array([-1.0 / b, -centre / b])
+    log_se = math.sqrt(max(0.0, float(phi * grad @ cov @ grad)))
+    interval = _fieller(float(a), float(b), phi * cov, t * t)
+    ci = (math.exp(shift + interval[0]), math.exp(shift + interval[1])) if interval else None
+    capacity = math.exp(shift + centre)
+    if not rates.min() / _EXTRAPOLATION <= capacity <= rates.max() * _EXTRAPOLATION:
+        return None  # the crossing lies outside the probed rates: an extrapolation, not a fit
+    return ConstraintFit(
+        slo,
+        capacity,
+        ci,
+        "logistic",
+        lower_bound_rps=low,
+        upper_bound_rps=high,
+        probes_used=m,
+        dispersion=phi,
+        dof=dof,
+        log_se=log_se,
+        intercept=float(a) - float(b) * shift,
+        slope=float(b),
+    )
+
+
+def estimate_capacity(
+    probes: Sequence[ProbeRecord],
+    slo: SloSpec,
+    *,
+    confidence: float = CONFIDENCE,
+    include_incomplete: bool = False,
+) -> CapacityEstimate:
+    """The SLO capacity of a run from all its probes (see the module docstring).
+
+    ``include_incomplete``: see :func:`fit_constraint` (the adaptive sweep's placement only).
+    """
+    counts = probe_counts(probes, slo)
+    fits = {
+        name: fit_constraint(
+            name, counts[name], confidence=confidence, include_incomplete=include_incomplete
+        )
+        for name in counts
+    }
+    bracket = _run_bracket(probes)
+    used = sum(1 for p in probes if not p.client_bound and p.window_requests > 0)
+    finite = {name: f for name, f in fits.items() if f.capacity_rps is not None}
+    if not finite:
+        below = [f for f in fits.values() if f.method == "below_all"]
+        return CapacityEstimate(
+            capacity_rps=None,
+            ci_rps=None,
+            binding_slo=below[0].slo if below else None,
+            bracket_rps=bracket,
+            fits=fits,
+            probes_used=used,
+            method="no crossing: " + ", ".join(f"{n} {f.method}" for n, f in fits.items()),
+        )
+    binding = min(finite, key=lambda name: finite[name].capacity_rps or math.inf)
+    best = finite[binding]
+    ci = best.ci_rps
+    other = finite.get("ttft" if binding == "tpot" else "tpot")
+    if ci is not None and other is not None and other.ci_rps is not None:
+        # The lower of two capacities: where the other bound's interval reaches below this
+        # one's, either could bind; the interval of the minimum covers both.
+        ci = (min(ci[0], other.ci_rps[0]), min(ci[1], other.ci_rps[1]))
+    return CapacityEstimate(
+        capacity_rps=best.capacity_rps,
+        ci_rps=ci,
+        binding_slo=binding,
+        bracket_rps=bracket,
+        fits=fits,
+        probes_used=used,
+        log_se=best.log_se,
+        dof=best.dof,
+        method=best.method,
+    )
+
+
+def _run_bracket(probes: Sequence[ProbeRecord]) -> tuple[float | None, float | None]:
+    passed = [p.rate_rps for p in probes if p.slo_pass]
+    low = max(passed) if passed else None
+    above = [p.rate_rps for p in probes if not p.slo_pass and (low is None or p.rate_rps > low)]
+    return low, (min(above) if above else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Relative capacity: one configuration against another
+
+
+MIN_WINDOW_REQUESTS = 20
+"""A probe enters the relative fit only with at least this many window requests."""
+
+
+@dataclass(frozen=True)
+class RelativeCapacity:
+    """Capacity of each configuration relative to the first, from one joint fit.
+
+    ``log_ratio[k]`` is ln(capacity_k / capacity_0) (0 for k = 0), ``ci[k]`` its 95 % interval
+    (None when unbounded), ``log_se[k]`` its standard error, all with ``dof`` degrees of
+    freedom.
+    """
+
+    slo: SloName
+    log_ratio: list[float]
+    ci: list[tuple[float, float] | None]
+    log_se: list[float | None]
+    dof: int
+    slope: float
+    """kappa: d ln p99 / d ln r, shared by every configuration."""
+    probes_used: list[int]
+    residual_sd: float
+    """Scatter of the probes' ln p99 about the fit (weighted by window requests)."""
+
+    def change_pct(self, k: int) -> float:
+        """Configuration k's capacity change against the first, %."""
+        return (math.exp(self.log_ratio[k]) - 1.0) * 100.0
+
+    def ci_pct(self, k: int) -> tuple[float, float] | None:
+        """Its 95 % interval, %."""
+        ci = self.ci[k]
+        if ci is None:
+            return None
+        return ((math.exp(ci[0]) - 1.0) * 100.0, (math.exp(ci[1]) - 1.0) * 100.0)
+
+
+def _p99_rows(
+    probes: Sequence[ProbeRecord], name: SloName, bound_ms: float
+) -> list[tuple[float, float, float]]:
+    rows: list[tuple[float, float, float]] = []
+    for p in probes:
+        if p.client_bound or p.early_stop is not None or p.window_requests < MIN_WINDOW_REQUESTS:
+            continue
+        p99 = (p.ttft_ms if name == "ttft" else p.tpot_ms).p99
+        if p99 is None or not math.isfinite(p99) or p99 <= 0:
+            continue
+        rows.append((math.log(p.rate_rps), math.log(p99 / bound_ms), float(p.window_requests)))
+    return rows
+
+
+def relative_capacity(
+    runs: Sequence[Sequence[ProbeRecord]],
+    slo: SloSpec,
+    *,
+    binding: SloName,
+    centres_rps: Sequence[float | None],
+    confidence: float = CONFIDENCE,
+) -> RelativeCapacity | None:
+    """Capacity of every run relative to the first, from a joint fit of their probes.
+
+    **Method.** For the binding bound S, each probe i of configuration k gives
+    y = ln(p99_i / S) at x = ln r_i. Near the boundary, y = alpha_k + kappa x with one slope
+    kappa for every configuration (they are the same workload on the same kind of engine; what
+    differs is where each curve crosses 0), fitted by least squares weighted by window requests,
+    to the probes within :data:`NEIGHBOURHOOD_LN` of each configuration's crossing (at least two
+    each). Configuration k's capacity relative to the first is
+    ln(c_k / c_0) = (alpha_0 - alpha_k) / kappa, with Fieller's interval from the fit's residual
+    scatter and Student's t. A short window's p99 reads low (tail episodes it may miss), but
+    equally so for configurations measured with the same windows and workload: the bias that
+    keeps this from estimating each capacity cancels in the ratio, and the p99's magnitude
+    carries more information than a count of requests over the bound.
+
+    Args:
+        runs: each configuration's probes, the reference first.
+        slo: the latency objective.
+        binding: the bound to compare on (the reference's binding SLO).
+        centres_rps: each configuration's capacity estimate, to centre its neighbourhood
+            (None: the geometric mean of its probes' rates).
+        confidence: of the intervals.
+
+    Returns:
+        None when the fit is not possible (too few usable probes, or no positive slope).
+    """
+    bound = slo.ttft_p99_ms if binding == "ttft" else slo.tpot_p99_ms
+    k_count = len(runs)
+    rows = [_p99_rows(probes, binding, bound) for probes in runs]
+    if k_count < 2 or any(len(r) < 2 for r in rows):
+        return None
+    centres = []
+    for r, centre in zip(rows, centres_rps, strict=True):
+        centres.append(
+            math.log(centre)
+            if centre is not None and centre > 0
+            else sum(x for x, _, _ in r) / len(r)
+        )
+    fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    for _ in range(8):
+        chosen: list[tuple[int, list[tuple[float, float, float]]]] = []
+        for k, r in enumerate(rows):
+            centre_k = centres[k]
+            near = sorted(r, key=lambda row: abs(row[0] - centre_k))
+            inside = [row for row in near if abs(row[0] - centre_k) <= NEIGHBOURHOOD_LN]
+            chosen.append((k, inside if len(inside) >= 2 else near[:2]))
+        design, y, w = _relative_design(chosen, k_count)
+        if len(y) <= k_count + 1:
+            return None
+        sw = np.sqrt(w)
+        beta, *_ = np.linalg.lstsq(design * sw[:, None], y * sw, rcond=None)
+        kappa = float(beta[k_count])
+        if not kappa > 0:
+            return None
+        new = [-float(beta[k]) / kappa for k in range(k_count)]
+        fit = (beta, design, y, w, np.array([len(c) for _, c in chosen]))
+        if max(abs(a - b) for a, b in zip(new, centres, strict=True)) < 1e-6:
+            break
+        centres = new
+    assert fit is not None
+    beta, design, y, w, used = fit
+    kappa = float(beta[k_count])
+    dof = len(y) - (k_count + 1)
+    resid = y - design @ beta
+    s2 = float((w * resid * resid).sum() / dof)
+    cov = s2 * np.linalg.inv((design.T * w) @ design)
+    t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
+    log_ratio = [0.0]
+    cis: list[tuple[float, float] | None] = [(0.0, 0.0)]
+    ses: list[float | None] = [0.0]
+    for k in range(1, k_count):
+        g = np.zeros(k_count + 1)
+        g[0], g[k] = 1.0, -1.0
+        num = float(g @ beta)
+        v_nn = float(g @ cov @ g)
+        v_nk = float(g @ cov[:, k_count])
+        v_kk = float(cov[k_count, k_count])
+        d = num / kappa
+        log_ratio.append(d)
+        ses.append(math.sqrt(max(0.0, v_nn - 2 * d * v_nk + d * d * v_kk)) / kappa)
+        qa = kappa * kappa - t * t * v_kk
+        if qa <= 0:
+            cis.append(None)
+            continue
+        qb = -2.0 * (num * kappa - t * t * v_nk)
+        qc = num * num - t * t * v_nn
+        root = math.sqrt(max(0.0, qb * qb - 4.0 * qa * qc))
+        cis.append(((-qb - root) / (2.0 * qa), (-qb + root) / (2.0 * qa)))
+    return RelativeCapacity(
+        slo=binding,
+        log_ratio=log_ratio,
+        ci=cis,
+        log_se=ses,
+        dof=dof,
+        slope=kappa,
+        probes_used=[int(u) for u in used],
+        residual_sd=math.sqrt(s2),
+    )
+
+
+def _relative_design(
+    chosen: Sequence[tuple[int, Sequence[tuple[float, float, float]]]], k_count: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xs: list[list[float]] = []
+    ys: list[float] = []
+    ws: list[float] = []
+    for k, rows in chosen:
+        for x, y, w in rows:
+            row = [0.0] * (k_count + 1)
+            row[k] = 1.0
+            row[k_count] = x
+            xs.append(row)
+            ys.append(y)
+            ws.append(w)
+    return np.array(xs), np.array(ys), np.array(ws)
