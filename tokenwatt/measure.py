@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import math
 import os
 import tempfile
 import time
@@ -35,6 +34,7 @@ from tokenwatt import energy, provenance
 from tokenwatt.accuracy import load_suite, run_accuracy
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.errors import EndpointError, InputError, Interrupted, TokenwattError
+from tokenwatt.figures import outcome_figures, search_phases
 from tokenwatt.geometry import ModelGeometry, geometry_for_spec
 from tokenwatt.gpus import preset
 from tokenwatt.inventory import read_inventory
@@ -42,7 +42,6 @@ from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
-from tokenwatt.metrics import TableColumn, pooled_latency_stats
 from tokenwatt.power import sampler_for_spec
 from tokenwatt.power.sampler import PowerSampler
 from tokenwatt.schema.base import Role
@@ -58,7 +57,7 @@ from tokenwatt.schema.run import (
 )
 from tokenwatt.schema.spec import AccuracySpec, MeasurementSpec, Spec, SweepSpec
 from tokenwatt.store import filled, resolve_relative, save_run
-from tokenwatt.sweep import ProbePlan, Sweep
+from tokenwatt.sweep import ProbePlan, Strategy, make_strategy
 
 __all__ = [
     "QUICK",
@@ -78,8 +77,9 @@ class QuickLimits:
     """What ``--quick`` does to a spec (validation runs only: the figures are coarse).
 
     Durations and repeats are capped, the search grows by at least ``min_growth`` and bisects
-    at most ``bisect_steps`` times, and accuracy asks at most ``accuracy_limit`` questions. The
-    workload is never changed: a probe still waits for every window request to finish.
+    at most ``bisect_steps`` times, the adaptive sweep spends at most ``budget_s``
+    probe-seconds, and accuracy asks at most ``accuracy_limit`` questions. The workload is never
+    changed: a probe still waits for every window request to finish.
     """
 
     warmup_s: float = 3.0
@@ -88,6 +88,7 @@ class QuickLimits:
     repeats: int = 1
     bisect_steps: int = 1
     min_growth: float = 1.5
+    budget_s: float = 120.0
     accuracy_limit: int = 10
 
 
@@ -152,6 +153,7 @@ def effective_settings(
         update={
             "bisect_steps": min(s.bisect_steps, QUICK.bisect_steps),
             "growth": max(s.growth, QUICK.min_growth),
+            "budget_s": min(s.budget_s or QUICK.budget_s, QUICK.budget_s),
         }
     )
     if a is not None:
@@ -219,32 +221,19 @@ class _State:
     outcome: RunOutcome | None = None
 
 
-def _outcome(state: _State, sweep: Sweep) -> RunOutcome:
+def _outcome(state: _State, sweep: Strategy) -> RunOutcome:
     result = sweep.result
-    confirm = [state.probes[i] for i in result.confirm_probes if i < len(state.probes)]
-    passed = [p for p in confirm if p.slo_pass]
-    confirmed = result.confirmed_rate_rps
-    goodputs = [p.goodput_tok_s for p in confirm] if confirmed is not None else []
-    tables = [p.requests for p in confirm if p.requests is not None]
-
-    def pooled(column: TableColumn) -> float | None:
-        p99 = pooled_latency_stats(tables, column).p99 if tables else None
-        return None if p99 is None or math.isinf(p99) else p99
-
+    figures = outcome_figures(state.probes, result.confirm_probes, result.confirmed_rate_rps)
     seconds = [ns / 1e9 for ns in state.probe_ns]
-    search = [
-        s
-        for s, p in zip(seconds, state.probes, strict=True)
-        if p.phase in ("search", "bisect", "rates")
-    ]
+    search = [s for s, p in zip(seconds, state.probes, strict=True) if p.phase in search_phases]
     return RunOutcome(
-        confirmed_rate_rps=confirmed,
+        confirmed_rate_rps=figures.confirmed_rate_rps,
         confirm_probes=list(result.confirm_probes),
-        slo_pass_count=len(passed),
-        goodput_tok_s=sum(goodputs) / len(goodputs) if goodputs else 0.0,
-        repeat_goodputs_tok_s=goodputs,
-        ttft_p99_ms=pooled("ttft_ms"),
-        tpot_p99_ms=pooled("tpot_ms"),
+        slo_pass_count=figures.slo_pass_count,
+        goodput_tok_s=figures.goodput_tok_s,
+        repeat_goodputs_tok_s=figures.repeat_goodputs_tok_s,
+        ttft_p99_ms=figures.ttft_p99_ms,
+        tpot_p99_ms=figures.tpot_p99_ms,
         probe_seconds=sum(seconds),
         search_probe_seconds=sum(search),
     )
@@ -361,7 +350,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     _check_writable(opts.out)
     sim = None
     sampler: PowerSampler | None = None
-    sweep = Sweep(eff_s, eff_m)
+    sweep = make_strategy(eff_s, eff_m, spec.slo)
     started_load = False
     try:
         if spec.engine.endpoint == "sim":
@@ -439,11 +428,12 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                     slo=spec.slo,
                     attempt=plan.attempt,
                     repeat=plan.repeat,
-                    early_stop=eff_s.early_stop,
+                    early_stop=plan.early_stop,
+                    certify_pass=plan.certify_pass,
                 )
                 state.probe_ns.append(time.monotonic_ns() - t0)
                 state.probes.append(record)
-                sweep.record(record.slo_pass)
+                sweep.observe(record, state.probe_ns[-1] / 1e9)
                 progress.probe_finished(record)
         progress.phase("figures", "power, energy and MBU over the confirmed windows")
         _figures(state, sweep, sampler, spec)
@@ -477,7 +467,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             sim.stop()
 
 
-def _figures(state: _State, sweep: Sweep, sampler: PowerSampler | None, spec: Spec) -> None:
+def _figures(state: _State, sweep: Strategy, sampler: PowerSampler | None, spec: Spec) -> None:
     """Outcome, power/energy and MBU from what was measured (stops the sampler)."""
     state.outcome = _outcome(state, sweep)
     confirm = [state.probes[i] for i in state.outcome.confirm_probes]
@@ -499,7 +489,7 @@ def _figures(state: _State, sweep: Sweep, sampler: PowerSampler | None, spec: Sp
 def _finish_partial(
     opts: MeasureOptions,
     state: _State,
-    sweep: Sweep,
+    sweep: Strategy,
     sampler: PowerSampler | None,
     spec: Spec,
     effective: MeasurementSpec,

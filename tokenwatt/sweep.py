@@ -52,11 +52,12 @@ is told whether each passed, so the same code drives real measurements, the simu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from tokenwatt.schema.run import ProbePhase
-from tokenwatt.schema.spec import MeasurementSpec, SweepSpec
+from tokenwatt.schema.run import ProbePhase, ProbeRecord
+from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
 
-__all__ = ["MAX_DOWN_STEPS", "ProbePlan", "Sweep", "SweepResult"]
+__all__ = ["MAX_DOWN_STEPS", "ProbePlan", "Strategy", "Sweep", "SweepResult", "make_strategy"]
 
 MAX_DOWN_STEPS = 8
 
@@ -71,6 +72,10 @@ class ProbePlan:
     window_s: float
     attempt: int = 0
     repeat: int | None = None
+    early_stop: bool = False
+    """Stop the probe once its window has provably failed the SLO."""
+    certify_pass: bool = False
+    """Also stop it once its window provably meets the SLO, whatever the rest does."""
 
 
 @dataclass
@@ -136,6 +141,7 @@ class Sweep:
             rate_rps=rate,
             warmup_s=float(self._m.warmup_s),
             window_s=float(self._m.search_window_s),
+            early_stop=self._sweep.early_stop,
         )
 
     def next(self) -> ProbePlan | None:
@@ -154,6 +160,7 @@ class Sweep:
                 window_s=float(self._m.window_s),
                 attempt=self._state.attempt,
                 repeat=self._state.repeat,
+                early_stop=self._sweep.early_stop,
             )
         elif self._phase == "rates":
             plan = self._search_plan("rates", rate)
@@ -163,6 +170,11 @@ class Sweep:
             plan = self._search_plan("search", rate)
         self._pending = plan
         return plan
+
+    def observe(self, record: ProbeRecord, seconds: float) -> None:
+        """Tell the sweep what the probe handed out by :meth:`next` measured (its verdict)."""
+        del seconds  # the bisection protocol decides on pass/fail alone
+        self.record(record.slo_pass)
 
     def record(self, passed: bool) -> None:
         """Tell the sweep whether the probe handed out by :meth:`next` passed its SLO.
@@ -268,3 +280,24 @@ class Sweep:
         st.attempt_probes = []
         st.confirm_rate = st.confirm_rate * float(self._sweep.backoff)
         self._next_rate = st.confirm_rate
+
+
+class Strategy(Protocol):
+    """What :func:`tokenwatt.measure.measure` and ``tokenwatt plan`` drive: a sweep in progress."""
+
+    result: SweepResult
+
+    def next(self) -> ProbePlan | None:
+        """The next probe to run, or None when the sweep is over."""
+
+    def observe(self, record: ProbeRecord, seconds: float) -> None:
+        """What the probe handed out by :meth:`next` measured, and its probe-seconds."""
+
+
+def make_strategy(sweep: SweepSpec, measurement: MeasurementSpec, slo: SloSpec) -> Strategy:
+    """The sweep ``sweep.strategy`` names (explicit ``rates`` always use the listed rates)."""
+    if sweep.strategy == "adaptive" and sweep.rates is None:
+        from tokenwatt.adaptive import AdaptiveSweep  # it builds on this module
+
+        return AdaptiveSweep(sweep, measurement, slo)
+    return Sweep(sweep, measurement)

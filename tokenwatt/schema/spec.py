@@ -326,9 +326,29 @@ class MeasurementSpec(StrictModel):
     )
 
 
-class SweepSpec(StrictModel):
-    """How the request rate is searched for the SLO boundary (DESIGN.md, "Sweep")."""
+SweepStrategy = Literal["bisect", "adaptive"]
+"""``bisect``: the seed's grow-bisect-confirm protocol; ``adaptive``: probes placed where they
+narrow the SLO-capacity interval most (methodology, "Sweep")."""
 
+
+class SweepSpec(StrictModel):
+    """How the request rate is searched for the SLO boundary (methodology, "Sweep")."""
+
+    strategy: SweepStrategy = Field(
+        default="bisect",
+        description="bisect: the seed's protocol; adaptive: probes where they narrow the"
+        " capacity interval most, until precision_pct or budget_s",
+    )
+    precision_pct: Annotated[float, Field(gt=0, le=100)] = Field(
+        default=5.0,
+        description="adaptive: stop refining once the 95 % interval's half-width is within"
+        " this percentage of the capacity estimate",
+    )
+    budget_s: PositiveSeconds | None = Field(
+        default=None,
+        description="adaptive: probe-seconds the sweep may spend, confirmation included;"
+        " null = no limit (precision_pct, or 24 refinement probes, ends it)",
+    )
     rates: list[Rate] | None = Field(
         default=None, description="Explicit rates in req/s, replacing the search; null = search"
     )

@@ -1,0 +1,135 @@
+"""The adaptive sweep's decisions (tokenwatt.adaptive), driven by the engine in virtual time."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests import factories
+from tokenwatt.adaptive import MAX_REFINE, AdaptiveSweep
+from tokenwatt.plan import engine_config, run_trial
+from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
+from tokenwatt.store import load_spec
+from tokenwatt.sweep import Sweep, make_strategy
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "specs" / "demo-sim.spec.yaml"
+
+
+def adaptive_spec(**sweep):
+    spec = load_spec(DEMO)
+    update = {"strategy": "adaptive", **sweep}
+    return spec.model_copy(update={"sweep": spec.sweep.model_copy(update=update)})
+
+
+def test_make_strategy_follows_the_spec():
+    m, slo = MeasurementSpec(), SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    assert isinstance(make_strategy(SweepSpec(), m, slo), Sweep)
+    assert isinstance(make_strategy(SweepSpec(strategy="adaptive"), m, slo), AdaptiveSweep)
+    # Explicit rates are always measured as listed.
+    assert isinstance(make_strategy(SweepSpec(strategy="adaptive", rates=[1, 2]), m, slo), Sweep)
+
+
+def test_an_adaptive_sweep_brackets_refines_then_confirms_within_its_budget():
+    spec = adaptive_spec(budget_s=400)
+    trial = run_trial(spec, DEMO, engine_config(spec, DEMO), seed=3)
+    phases = [p.phase for p in trial.probes]
+    # In order: search probes, then refinement, then confirmation.
+    assert phases == sorted(phases, key=["search", "refine", "confirm"].index)
+    assert phases.count("search") >= 2
+    assert "refine" in phases
+    assert "confirm" in phases
+    m = spec.measurement
+    for p in trial.probes:
+        if p.phase == "search":
+            assert p.window_s == m.search_window_s
+        else:
+            # Near the boundary every request counts: full windows, never stopped.
+            assert p.window_s == m.window_s
+            assert p.early_stop is None
+    search = [p for p in trial.probes if p.phase == "search"]
+    refine = [p for p in trial.probes if p.phase == "refine"]
+    # The first full window goes where the last passing search probe was.
+    assert refine[0].rate_rps == max(p.rate_rps for p in search if p.slo_pass)
+    # The budget keeps room for the confirmation: refinement stops in time for it.
+    spent_before_confirm = sum(
+        s for s, p in zip(trial.probe_seconds, trial.probes, strict=True) if p.phase != "confirm"
+    )
+    assert spent_before_confirm <= 400 - m.repeats * (m.warmup_s + m.window_s) + 60
+    assert trial.estimate.capacity_rps is not None
+    assert trial.result.confirmed_rate_rps is not None
+    # It confirms below its estimate (the goodput is measured where the SLO is met).
+    assert trial.result.confirmed_rate_rps <= trial.estimate.capacity_rps
+
+
+def _synthetic_probe(index: int, plan, *, n: int = 4000):
+    """A probe whose share of requests over the TPOT bound follows an exact logistic curve
+    crossing 1 % at 10 req/s (slope 12 in ln r), with no extra scatter."""
+    from tests.unit.test_capacity import probe_with, table
+
+    q = 1.0 / (1.0 + math.exp(-(math.log(0.01 / 0.99) + 12.0 * math.log(plan.rate_rps / 10.0))))
+    over = round(q * n)
+    tab = table([45.0] * over + [30.0] * (n - over))
+    return probe_with(
+        index, plan.rate_rps, tab, phase=plan.phase, window_s=plan.window_s,
+        passed=over <= n - math.ceil(0.99 * n),
+    )  # fmt: skip
+
+
+def _drive(sweep: AdaptiveSweep) -> list:
+    probes = []
+    while (plan := sweep.next()) is not None:
+        probe = _synthetic_probe(len(probes), plan)
+        probes.append(probe)
+        sweep.observe(probe, plan.warmup_s + plan.window_s)
+    return probes
+
+
+def test_precision_reached_ends_the_refinement():
+    slo = SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    m = MeasurementSpec(warmup_s=10, window_s=30, search_window_s=15, repeats=1)
+    loose = _drive(AdaptiveSweep(SweepSpec(strategy="adaptive", precision_pct=5), m, slo))
+    tight = _drive(AdaptiveSweep(SweepSpec(strategy="adaptive", precision_pct=0.01), m, slo))
+    refines = [sum(1 for p in probes if p.phase == "refine") for probes in (loose, tight)]
+    assert refines[0] < refines[1]
+    assert refines[1] == MAX_REFINE  # 0.01 % is out of reach: it refines as long as allowed
+
+
+def test_the_budget_ends_the_refinement():
+    slo = SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    m = MeasurementSpec(warmup_s=10, window_s=30, search_window_s=15, repeats=2)
+    sweep = AdaptiveSweep(SweepSpec(strategy="adaptive", precision_pct=0.01, budget_s=400), m, slo)
+    probes = _drive(sweep)
+    before_confirm = sum(10 + p.window_s for p in probes if p.phase != "confirm")
+    # The reserve for two confirmation windows (2 x 40 s) is kept, give or take one probe.
+    assert 400 - 2 * 40 - 40 <= before_confirm <= 400 - 2 * 40
+    assert sweep.estimate is not None
+    assert sweep.estimate.capacity_rps == pytest.approx(10.0, rel=0.01)
+
+
+def test_observe_needs_a_pending_probe():
+    sweep = AdaptiveSweep(SweepSpec(strategy="adaptive"), MeasurementSpec(), SloSpec(
+        ttft_p99_ms=1000, tpot_p99_ms=40
+    ))  # fmt: skip
+    with pytest.raises(RuntimeError, match="no probe pending"):
+        sweep.observe(factories.probe(0), 1.0)
+
+
+def test_search_grows_then_goes_down_when_the_first_probe_fails():
+    slo = SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    sweep = AdaptiveSweep(
+        SweepSpec(strategy="adaptive", start_rps=8, growth=2), MeasurementSpec(), slo
+    )
+    plan = sweep.next()
+    assert plan is not None
+    assert (plan.phase, plan.rate_rps, plan.early_stop, plan.certify_pass) == (
+        "search", 8.0, True, True
+    )  # fmt: skip
+    sweep.observe(factories.probe(0, rate=8.0, passed=False), 10.0)
+    plan = sweep.next()
+    assert plan is not None
+    assert plan.rate_rps == pytest.approx(4.0)
+    assert sweep.spent_s == 10.0
+    assert math.isclose(plan.window_s, MeasurementSpec().search_window_s)

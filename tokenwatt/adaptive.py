@@ -1,0 +1,292 @@
+"""The adaptive sweep: spend probe-seconds where they narrow the SLO-capacity interval most.
+
+``sweep.strategy: adaptive``. The bisection protocol (:mod:`tokenwatt.sweep`) spends most of
+its time on probes that only say "pass" or "fail"; this strategy asks, before each probe, what
+the capacity estimate (:mod:`tokenwatt.capacity`) still does not know, and places the probe
+there. Three phases:
+
+1. **Bracket.** From ``start_rps`` the rate grows by ``growth`` (or falls, if the first probe
+   fails) with short windows (``search_window_s``) until one probe passes and one fails.
+   These probes stop as soon as they are *certified*: over the SLO once enough window requests
+   exceed a bound that the window's p99 must (the early stop of the bisection protocol), or
+   within it once even the window requests still to come could no longer push the p99 over.
+   Either way the probe's verdict is already certain, and the rest of its window would cost
+   GPU time for nothing.
+2. **Refine.** Each probe goes where the fraction of requests over the binding bound is
+   estimated to cross 1 %, alternately a step above and below it (the fit needs the slope as
+   well as the level; the step is a quarter of the interval's width, at least 2 %), with full
+   windows (``window_s``) and no early stop, since near the boundary every request counts. The
+   sweep stops refining once the 95 % interval's half-width is within ``precision_pct`` of the
+   estimate, or when ``budget_s`` (less a reserve for the confirmation) is spent, or after
+   :data:`MAX_REFINE` probes.
+3. **Confirm.** As the bisection protocol does (``repeats`` windows, backing off by
+   ``backoff`` after a failed repeat), at the lower end of the interval (the estimate itself
+   when the interval is unbounded, backed off once): the rate the result's goodput is measured
+   at should pass. Confirmation windows feed the estimate too.
+
+Every probe is kept, and the capacity of the run is estimated from all of them afterwards, so
+the strategy only decides where to look; it never decides what the answer is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tokenwatt.capacity import CapacityEstimate, estimate_capacity
+from tokenwatt.schema.run import ProbeRecord
+from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
+from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, SweepResult
+
+__all__ = ["MAX_REFINE", "MIN_STEP_LN", "AdaptiveSweep"]
+
+MAX_REFINE = 24
+"""Refinement probes at most, whatever the budget."""
+MIN_STEP_LN = 0.02
+"""Smallest step above/below the estimate, in ln r (2 %)."""
+_CONFIRM_RESERVE = 1.0
+"""The budget keeps room for this many confirmation windows per repeat."""
+
+
+@dataclass
+class _State:
+    lo: float | None = None
+    hi: float | None = None
+    going_down: bool = False
+    down_steps: int = 0
+    refines: int = 0
+    spent_s: float = 0.0
+    phase: str = "search"
+    confirm_rate: float | None = None
+    attempt: int = 0
+    repeat: int = 0
+    attempt_probes: list[int] = field(default_factory=list)
+    done: bool = False
+    side: int = 0
+
+
+class AdaptiveSweep:
+    """An adaptive sweep in progress: :meth:`next`, run the probe, :meth:`observe` its record."""
+
+    def __init__(self, sweep: SweepSpec, measurement: MeasurementSpec, slo: SloSpec) -> None:
+        """Start a sweep.
+
+        Args:
+            sweep: the spec's sweep section (``strategy: adaptive``).
+            measurement: the durations in force (quick mode shortens them).
+            slo: the latency objective the capacity is estimated against.
+        """
+        self._sweep = sweep
+        self._m = measurement
+        self._slo = slo
+        self._state = _State()
+        self._probes: list[ProbeRecord] = []
+        self._pending: ProbePlan | None = None
+        self._next_rate = float(sweep.start_rps)
+        self.result = SweepResult()
+        self.estimate: CapacityEstimate | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the sweep has nothing more to probe."""
+        return self._state.done
+
+    @property
+    def spent_s(self) -> float:
+        """Probe-seconds so far."""
+        return self._state.spent_s
+
+    def _budget_left_s(self) -> float:
+        budget = self._sweep.budget_s
+        if budget is None:
+            return math.inf
+        confirm = self._m.repeats * (self._m.warmup_s + self._m.window_s) * _CONFIRM_RESERVE
+        return float(budget) - confirm - self._state.spent_s
+
+    def next(self) -> ProbePlan | None:
+        """The next probe to run, or None when the sweep is over."""
+        if self._pending is not None:
+            return self._pending
+        st = self._state
+        if st.done:
+            return None
+        rate = self._next_rate
+        if st.phase == "confirm":
+            plan = ProbePlan(
+                phase="confirm",
+                rate_rps=rate,
+                warmup_s=float(self._m.warmup_s),
+                window_s=float(self._m.window_s),
+                attempt=st.attempt,
+                repeat=st.repeat,
+            )
+        elif st.phase == "refine":
+            plan = ProbePlan(
+                phase="refine",
+                rate_rps=rate,
+                warmup_s=float(self._m.warmup_s),
+                window_s=float(self._m.window_s),
+            )
+        else:
+            plan = ProbePlan(
+                phase="search",
+                rate_rps=rate,
+                warmup_s=float(self._m.warmup_s),
+                window_s=float(self._m.search_window_s),
+                early_stop=True,
+                certify_pass=True,
+            )
+        self._pending = plan
+        return plan
+
+    def observe(self, record: ProbeRecord, seconds: float) -> None:
+        """Tell the sweep what the probe handed out by :meth:`next` measured.
+
+        Raises:
+            RuntimeError: when no probe is pending.
+        """
+        plan = self._pending
+        if plan is None:
+            raise RuntimeError("observe() called with no probe pending; call next() first")
+        self._pending = None
+        st = self._state
+        st.spent_s += seconds
+        index = len(self._probes)
+        self._probes.append(record)
+        passed = record.slo_pass
+        if plan.phase == "confirm":
+            self._after_confirm(index, passed)
+            return
+        if passed:
+            st.lo = plan.rate_rps if st.lo is None else max(st.lo, plan.rate_rps)
+        else:
+            st.hi = plan.rate_rps if st.hi is None else min(st.hi, plan.rate_rps)
+        if plan.phase == "search":
+            self._after_search(plan.rate_rps, passed)
+        else:
+            self._after_refine()
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def _after_search(self, rate: float, passed: bool) -> None:
+        st = self._state
+        growth = float(self._sweep.growth)
+        max_rps = float(self._sweep.max_rps)
+        if st.lo is not None and st.hi is not None and st.lo < st.hi:
+            self._start_refine()
+            return
+        if not passed:
+            if st.down_steps >= MAX_DOWN_STEPS:
+                self._finish_without_rate()
+                return
+            st.down_steps += 1
+            self._next_rate = rate / growth
+        elif rate >= max_rps:
+            self._start_confirm(rate)
+        else:
+            self._next_rate = min(rate * growth, max_rps)
+
+    def _start_refine(self) -> None:
+        st = self._state
+        st.phase = "refine"
+        self.estimate = estimate_capacity(self._probes, self._slo)
+        # The first full window goes to the highest rate a search probe passed at: short windows
+        # pass more often than long ones near the boundary (tails come in episodes a short window
+        # may miss), so the boundary is at or below it more often than above.
+        assert st.lo is not None
+        self._next_rate = st.lo
+
+    def _after_refine(self) -> None:
+        st = self._state
+        st.refines += 1
+        estimate = estimate_capacity(self._probes, self._slo)
+        self.estimate = estimate
+        precise = (
+            estimate.half_width_pct is not None
+            and estimate.method == "logistic"
+            and estimate.half_width_pct <= float(self._sweep.precision_pct)
+        )
+        out_of_time = self._budget_left_s() < self._m.warmup_s + self._m.window_s
+        if precise or out_of_time or st.refines >= MAX_REFINE:
+            self._start_confirm(self._confirm_rate(estimate))
+            return
+        self._next_rate = self._refine_rate(estimate)
+
+    def _guess(self, estimate: CapacityEstimate) -> float:
+        """Where the crossing probably is, for placing the next probe (not a reported figure)."""
+        st = self._state
+        assert st.lo is not None
+        assert st.hi is not None
+        low, high = min(st.lo, st.hi), max(st.lo, st.hi)
+        if estimate.method == "logistic" and estimate.capacity_rps is not None:
+            guess = estimate.capacity_rps
+        else:
+            # Too few full windows for a fit yet: fit the early-stopped search probes too (their
+            # counts are biased by the stop, which only costs efficiency here).
+            rough = estimate_capacity(self._probes, self._slo, include_incomplete=True)
+            guess = rough.capacity_rps if rough.capacity_rps is not None else math.sqrt(low * high)
+        return min(max(guess, low / 2.0), high * 2.0)
+
+    def _refine_rate(self, estimate: CapacityEstimate) -> float:
+        st = self._state
+        assert st.lo is not None
+        assert st.hi is not None
+        centre = self._guess(estimate)
+        if estimate.method == "logistic" and estimate.ci_rps is not None:
+            step = math.log(estimate.ci_rps[1] / estimate.ci_rps[0]) / 4.0
+        else:
+            step = abs(math.log(st.hi / st.lo)) / 4.0
+        step = min(max(step, MIN_STEP_LN), 0.15)
+        # Alternate at, above, below: the level and the slope of the fit both need probes.
+        side = (0, 1, -1)[st.side % 3]
+        st.side += 1
+        return min(float(self._sweep.max_rps), centre * math.exp(side * step))
+
+    def _confirm_rate(self, estimate: CapacityEstimate) -> float:
+        st = self._state
+        backoff = float(self._sweep.backoff)
+        if estimate.method == "logistic" and estimate.capacity_rps is not None:
+            floor = estimate.capacity_rps * backoff
+            if estimate.ci_rps is not None:
+                return max(estimate.ci_rps[0], floor)
+            return floor
+        assert st.lo is not None
+        return self._guess(estimate) * backoff
+
+    def _start_confirm(self, rate: float) -> None:
+        st = self._state
+        st.phase = "confirm"
+        st.confirm_rate = rate
+        st.attempt = 0
+        st.repeat = 0
+        st.attempt_probes = []
+        self.result.found_rate_rps = rate
+        self._next_rate = rate
+
+    def _finish_without_rate(self) -> None:
+        self._state.done = True
+        self.estimate = estimate_capacity(self._probes, self._slo)
+
+    def _after_confirm(self, index: int, passed: bool) -> None:
+        st = self._state
+        st.attempt_probes.append(index)
+        self.result.confirm_probes = list(st.attempt_probes)
+        if passed:
+            st.repeat += 1
+            if st.repeat >= self._m.repeats:
+                self.result.confirmed_rate_rps = st.confirm_rate
+                self._finish()
+            return
+        if st.attempt >= self._sweep.max_backoffs:
+            self._finish()
+            return
+        assert st.confirm_rate is not None
+        st.attempt += 1
+        st.repeat = 0
+        st.attempt_probes = []
+        st.confirm_rate *= float(self._sweep.backoff)
+        self._next_rate = st.confirm_rate
+
+    def _finish(self) -> None:
+        self._state.done = True
+        self.estimate = estimate_capacity(self._probes, self._slo)
