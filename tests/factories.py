@@ -61,6 +61,12 @@ def probe(index: int = 0, *, rate: float = 1.0, passed: bool = True, **kw: Any) 
         "slo_pass": passed,
     }
     fields.update(kw)
+    if "window_start_ns" not in kw:
+        # Probes follow each other in time (a run's windows never overlap).
+        start = (1 + index * 1000) * 1_000_000_000
+        fields["window_start_ns"] = start
+        fields["window_end_ns"] = start + round(fields["window_s"] * 1e9)
+        fields["end_ns"] = fields["window_end_ns"] + 1_000_000_000
     return ProbeRecord.model_validate(fields)
 
 
@@ -135,7 +141,6 @@ def seed_like_run(
         AccuracySeedScore,
         GpuInfo,
         MbuEvidence,
-        PowerEvidence,
     )
 
     s = seed_spec()
@@ -193,14 +198,7 @@ def seed_like_run(
             probe_seconds=500.0,
             search_probe_seconds=100.0,
         ),
-        "power": PowerEvidence(
-            source="board",
-            description="GPU board power sum (NVIDIA)",
-            scope="board",
-            sampling_hz=1,
-            node_power_kw=node_power_kw,
-            throttle_counts={"sw_power_cap": sw_power_cap},
-        ),
+        "power": _board_power(probes[1:], node_power_kw=node_power_kw, capped=sw_power_cap),
         "mbu": MbuEvidence(
             mbu_pct=mbu_pct,
             bytes_per_step=1.0e9,
@@ -230,6 +228,33 @@ def seed_like_run(
     }
     fields.update(overrides)
     return run(**fields)
+
+
+def _board_power(confirm: list[ProbeRecord], *, node_power_kw: float, capped: int) -> Any:
+    """1 Hz board readings at ``node_power_kw`` over the confirmation windows, the first
+    ``capped`` of them at the power cap, with the figures computed from them (as measure does)."""
+    from tokenwatt import energy
+    from tokenwatt.schema.run import PowerEvidence, PowerSample
+
+    samples: list[PowerSample] = []
+    for p in confirm:
+        for j in range(round(p.window_s)):
+            samples.append(
+                PowerSample(
+                    t_ns=p.window_start_ns + j * 1_000_000_000 + 500_000_000,
+                    watts=node_power_kw * 1000.0,
+                    throttle_reasons=["sw_power_cap"] if len(samples) < capped else [],
+                )
+            )
+    evidence = PowerEvidence(
+        source="board",
+        description="GPU board power sum (NVIDIA)",
+        scope="board",
+        sampling_hz=1,
+        samples=samples,
+    )
+    windows, tokens = energy.confirmed_windows(confirm)
+    return energy.apply_window_figures(evidence, windows, output_tokens=tokens)
 
 
 def seed_runs() -> list[RunFile]:
@@ -272,3 +297,32 @@ def seed_runs() -> list[RunFile]:
             score=96.0,
         ),
     ]
+
+
+def recomputed(run: RunFile) -> RunFile:
+    """The run with its outcome's summary recomputed from its probes (after a test edits them)."""
+    from tokenwatt import energy
+    from tokenwatt.figures import outcome_figures
+
+    outcome = run.outcome
+    assert outcome is not None
+    fig = outcome_figures(run.probes, outcome.confirm_probes, outcome.confirmed_rate_rps)
+    power = run.power
+    if power is not None:
+        accepted = [run.probes[i] for i in outcome.confirm_probes]
+        windows, tokens = energy.confirmed_windows(
+            accepted if outcome.confirmed_rate_rps is not None else []
+        )
+        power = energy.apply_window_figures(power, windows, output_tokens=tokens)
+    return run.model_copy(
+        update={
+            "power": power,
+            "outcome": outcome.model_copy(
+                update={
+                    "goodput_tok_s": fig.goodput_tok_s,
+                    "repeat_goodputs_tok_s": fig.repeat_goodputs_tok_s,
+                    "slo_pass_count": fig.slo_pass_count,
+                }
+            ),
+        }
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenwatt import store
+from tokenwatt.compare import FLEET_CARDS
 from tokenwatt.errors import InputError, TokenwattError
 from tokenwatt.measure import MeasureOptions, Progress, measure
 from tokenwatt.report import LoadedRun, build_result, quote_arg, report_command
@@ -118,7 +119,7 @@ async def run_demo(
             result_id=paths.result_id,
             out=None,
             allow_mismatch=False,
-            fleet_cards=64,
+            fleet_cards=FLEET_CARDS,
         ),
     )
     store.save_result(result, paths.root / target)

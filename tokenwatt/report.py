@@ -19,17 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenwatt import compare, policy
+from tokenwatt import capacity, compare, policy
 from tokenwatt.errors import ResultError
+from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
-from tokenwatt.metrics import TableColumn, pooled_latency_stats
 from tokenwatt.schema.result import (
+    CapacityFitSummary,
     ConfigAccuracy,
     ConfigMeasurement,
     ConfigResult,
     Fleet,
-    PowerTracePoint,
-    PowerTraceSummary,
     ProbePoint,
     ResultAccuracy,
     ResultFile,
@@ -39,6 +38,7 @@ from tokenwatt.schema.result import (
     ResultSlo,
     ResultSoftware,
     ResultWorkload,
+    Verdict,
 )
 from tokenwatt.schema.run import ProbeRecord, RunFile
 from tokenwatt.schema.spec import (
@@ -151,18 +151,6 @@ def comparability(runs: Sequence[LoadedRun]) -> list[str]:
 # Per-config figures
 
 
-@dataclass
-class _Figures:
-    goodput_tok_s: float
-    repeat_goodputs: list[float]
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
-    slo_pass_count: int
-    confirmed_rate_rps: float | None
-    approximate_output_requests: int | None
-    """Confirmation-window requests counted from chunks (None: no outcome)."""
-
-
 def _round(value: float | None, digits: int) -> float | None:
     """Figures are written to the precision a page shows; the run file keeps them all."""
     return None if value is None else round(value, digits)
@@ -172,88 +160,15 @@ def _finite_or_none(value: float | None) -> float | None:
     return None if value is None or math.isinf(value) else value
 
 
-def _pooled_p99(probes: Sequence[ProbeRecord], column: TableColumn) -> float | None:
-    tables = [p.requests for p in probes if p.requests is not None]
-    if probes and len(tables) == len(probes):
-        return pooled_latency_stats(tables, column).p99
-    # Without the requests, the worst repeat's p99 bounds the pooled one from above.
-    p99s = [getattr(p, column).p99 for p in probes]
-    known = [v for v in p99s if v is not None]
-    return max(known) if known else None
-
-
-def _check_probe(path: str, probe: ProbeRecord) -> None:
-    expected = probe.output_tokens / probe.window_s
-    if not math.isclose(probe.goodput_tok_s, expected, rel_tol=_GOODPUT_TOLERANCE, abs_tol=1e-9):
-        raise ResultError(
-            f"{path}: probes[{probe.index}].goodput_tok_s is {probe.goodput_tok_s}, but"
-            f" output_tokens / window_s = {expected}; the run file is inconsistent"
-        )
-    table = probe.requests
-    if table is not None:
-        ok_tokens = sum(
-            n for n, s in zip(table.output_tokens, table.status, strict=True) if s == "ok"
-        )
-        if ok_tokens != probe.output_tokens:
-            raise ResultError(
-                f"{path}: probes[{probe.index}].output_tokens is {probe.output_tokens}, but its"
-                f" successful requests carry {ok_tokens}; the run file is inconsistent"
-            )
-
-
-def _figures(loaded: LoadedRun) -> _Figures:
-    run = loaded.run
-    for probe in run.probes:
-        _check_probe(loaded.path, probe)
-    if run.outcome is None:
-        return _Figures(0.0, [], None, None, 0, None, None)
-    probes = [run.probes[i] for i in run.outcome.confirm_probes]
-    passed = sum(1 for p in probes if p.slo_pass)
-    confirmed = run.outcome.confirmed_rate_rps
-    if confirmed is not None and passed != len(probes):
-        raise ResultError(
-            f"{loaded.path}: outcome.confirmed_rate_rps is set but a confirmation repeat failed"
-        )
-    goodputs = [p.goodput_tok_s for p in probes]
-    return _Figures(
-        goodput_tok_s=sum(goodputs) / len(goodputs) if goodputs and confirmed else 0.0,
-        repeat_goodputs=goodputs if confirmed else [],
-        ttft_p99_ms=_finite_or_none(_pooled_p99(probes, "ttft_ms")),
-        tpot_p99_ms=_finite_or_none(_pooled_p99(probes, "tpot_ms")),
-        slo_pass_count=passed,
-        confirmed_rate_rps=confirmed,
-        approximate_output_requests=sum(p.approximate_output_tokens for p in probes),
-    )
-
-
-def _boundary_gap_pct(run: RunFile, confirmed: float | None) -> float | None:
-    """How far above the confirmed rate the lowest failing probe ran, in percent."""
-    if confirmed is None:
+def _over_pct(probe: ProbeRecord, column: str, bound_ms: float) -> float | None:
+    if probe.requests is None:
         return None
-    above = [p.rate_rps for p in run.probes if not p.slo_pass and p.rate_rps > confirmed]
-    return (min(above) - confirmed) / confirmed * 100.0 if above else None
-
-
-def _power_trace(run: RunFile) -> PowerTraceSummary | None:
-    power = run.power
-    if power is None or power.source == "none":
-        return None
-    samples = power.samples
-    watts = [s.watts for s in samples]
-    step = max(1, math.ceil(len(samples) / _TRACE_POINTS_MAX))
-    t0 = samples[0].t_ns if samples else 0
-    return PowerTraceSummary(
-        samples=len(samples),
-        min_w=min(watts) if watts else None,
-        mean_w=sum(watts) / len(watts) if watts else None,
-        max_w=max(watts) if watts else None,
-        gaps=len(power.gaps),
-        max_gap_fraction=power.max_gap_fraction,
-        points=[PowerTracePoint(t_s=(s.t_ns - t0) / 1e9, watts=s.watts) for s in samples[::step]],
-    )
+    n, k = capacity.exceedance(probe.requests, column, bound_ms, skip_cancelled=True)
+    return round(k / n * 100.0, 4) if n else None
 
 
 def _probe_points(run: RunFile) -> list[ProbePoint]:
+    slo = run.spec.slo
     return [
         ProbePoint(
             phase=p.phase,
@@ -270,6 +185,8 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             send_lag_p99_ms=p.send_lag_p99_ms,
             stopped_early=p.early_stop is not None,
             cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
+            ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms),
+            tpot_over_pct=_over_pct(p, "tpot_ms", slo.tpot_p99_ms),
         )
         for p in run.probes
     ]
@@ -285,10 +202,36 @@ def _engine_text(run: RunFile) -> str:
     return f"{engine} \u00b7 KV {run.spec.model.kv_dtype.upper()}"
 
 
+def _capacity_fits(figures: ConfigFigures) -> list[CapacityFitSummary]:
+    out: list[CapacityFitSummary] = []
+    for fit in figures.capacity.fits.values():
+        out.append(
+            CapacityFitSummary(
+                slo=fit.slo,
+                method=fit.method,
+                capacity_rps=_round(fit.capacity_rps, 3),
+                ci_rps=[round(v, 3) for v in fit.ci_rps] if fit.ci_rps is not None else None,
+                intercept=fit.intercept,
+                slope=fit.slope,
+                dispersion=_round(fit.dispersion, 2),
+                dof=fit.dof,
+                probes_used=fit.probes_used,
+                lower_bound_rps=_round(fit.lower_bound_rps, 3),
+                upper_bound_rps=_round(fit.upper_bound_rps, 3),
+            )
+        )
+    return out
+
+
 def _config(
-    loaded: LoadedRun, figures: _Figures, baseline: _Figures | None, baseline_run: RunFile | None
+    loaded: LoadedRun,
+    figures: ConfigFigures,
+    baseline: ConfigFigures | None,
+    baseline_run: RunFile | None,
 ) -> ConfigResult:
     run = loaded.run
+    outcome_fig = figures.outcome
+    estimate = figures.capacity
     accuracy: ConfigAccuracy | None = None
     if run.accuracy is not None:
         base_score = (
@@ -309,35 +252,35 @@ def _config(
             gate_pass=None if delta is None or max_drop is None else delta >= -max_drop,
             meaningful=run.accuracy.meaningful,
         )
-    power = run.power
-    outcome = run.outcome
+    power = figures.power
+    base_goodput = baseline.outcome.goodput_tok_s if baseline is not None else 0.0
     return ConfigResult(
         key=run.role,
         label=run.description or run.label,
         engine=_engine_text(run),
         mbu_pct=_round(run.mbu.mbu_pct, 1) if run.mbu is not None else None,
         node_power_kw=_round(power.node_power_kw, 3) if power is not None else None,
-        goodput_tok_s=_round(figures.goodput_tok_s, 1) or 0.0,
-        ttft_p99_ms=_round(figures.ttft_p99_ms, 1),
-        tpot_p99_ms=_round(figures.tpot_p99_ms, 1),
-        slo_pass_count=figures.slo_pass_count,
+        goodput_tok_s=_round(outcome_fig.goodput_tok_s, 1) or 0.0,
+        ttft_p99_ms=_round(outcome_fig.ttft_p99_ms, 1),
+        tpot_p99_ms=_round(outcome_fig.tpot_p99_ms, 1),
+        slo_pass_count=outcome_fig.slo_pass_count,
         repeats=run.effective.repeats,
         throttle_counts=dict(power.throttle_counts) if power is not None else {},
         accuracy=accuracy,
-        confirmed_rate_rps=_round(figures.confirmed_rate_rps, 3),
-        repeat_goodputs_tok_s=[round(g, 1) for g in figures.repeat_goodputs],
+        confirmed_rate_rps=_round(outcome_fig.confirmed_rate_rps, 3),
+        repeat_goodputs_tok_s=[round(g, 1) for g in outcome_fig.repeat_goodputs_tok_s],
         goodput_delta_pct=(
-            _round(compare.change_pct(figures.goodput_tok_s, baseline.goodput_tok_s), 2)
-            if baseline is not None and baseline.goodput_tok_s > 0
+            _round(compare.change_pct(outcome_fig.goodput_tok_s, base_goodput), 2)
+            if baseline is not None and base_goodput > 0
             else None
         ),
         tokens_per_joule=_round(power.tokens_per_joule, 3) if power is not None else None,
         energy_j=_round(power.energy_j, 1) if power is not None else None,
         energy_method=power.energy_method if power is not None else None,
-        power_trace=_power_trace(run),
+        power_trace=figures.power_trace,
         probes=_probe_points(run),
-        probe_seconds=_round(outcome.probe_seconds, 1) if outcome is not None else None,
-        boundary_gap_pct=_round(_boundary_gap_pct(run, figures.confirmed_rate_rps), 1),
+        probe_seconds=_round(figures.probe_seconds, 1),
+        boundary_gap_pct=_round(figures.boundary_gap_pct, 1),
         measurement=ConfigMeasurement(
             warmup_s=run.effective.warmup_s,
             window_s=run.effective.window_s,
@@ -350,8 +293,18 @@ def _config(
         mbu_bytes_per_step=_round(run.mbu.bytes_per_step, 0) if run.mbu is not None else None,
         mbu_batch_mean=_round(run.mbu.batch_mean, 2) if run.mbu is not None else None,
         mbu_assumptions=list(run.mbu.assumptions) if run.mbu is not None else None,
-        approximate_output_requests=figures.approximate_output_requests,
+        approximate_output_requests=(
+            outcome_fig.approximate_output_requests if run.outcome is not None else None
+        ),
         run_file=loaded.path,
+        slo_capacity_rps=_round(estimate.capacity_rps, 3),
+        slo_capacity_ci_rps=(
+            [round(v, 3) for v in estimate.ci_rps] if estimate.ci_rps is not None else None
+        ),
+        binding_slo=estimate.binding_slo,
+        capacity_bracket_rps=[_round(v, 3) for v in estimate.bracket_rps],
+        capacity_fits=_capacity_fits(figures),
+        sweep_strategy=figures.sweep_strategy,
     )
 
 
@@ -410,7 +363,7 @@ def _hardware(ref: RunFile) -> ResultHardware:
 
 
 def _not_covered(
-    runs: Sequence[LoadedRun], configs: Sequence[ConfigResult], *, band_pct: float
+    runs: Sequence[LoadedRun], configs: Sequence[ConfigResult], *, band_pct: float | None
 ) -> list[str]:
     notes: list[str] = []
 
@@ -453,7 +406,11 @@ def _not_covered(
     for config in configs:
         if config.confirmed_rate_rps is None:
             add(f"Config '{config.label}': no arrival rate met the SLO")
-        elif config.boundary_gap_pct is not None and config.boundary_gap_pct > band_pct:
+        elif (
+            band_pct is not None
+            and config.boundary_gap_pct is not None
+            and config.boundary_gap_pct > band_pct
+        ):
             add(
                 f"Sweep resolution: config '{config.label}' passed at"
                 f" {config.confirmed_rate_rps:g} req/s and failed {config.boundary_gap_pct:.1f}%"
@@ -461,6 +418,30 @@ def _not_covered(
                 " variance band)"
             )
     return notes
+
+
+def _capacity_verdict(
+    ordered: Sequence[LoadedRun],
+    figures: dict[int, ConfigFigures],
+    configs: Sequence[ConfigResult],
+    max_drop: float | None,
+) -> Verdict:
+    """The verdict on SLO capacity from every run's probes, baseline first."""
+    inputs = [
+        (
+            compare.CapacityFigures(
+                key=c.key,
+                label=c.label,
+                capacity_rps=figures[id(r)].capacity.capacity_rps,
+                binding_slo=figures[id(r)].capacity.binding_slo,
+                accuracy_delta_pts=c.accuracy.delta_pts if c.accuracy is not None else None,
+                accuracy_meaningful=bool(c.accuracy.meaningful) if c.accuracy is not None else True,
+            ),
+            r.run.probes,
+        )
+        for r, c in zip(ordered, configs, strict=True)
+    ]
+    return compare.verdict_from_probes(inputs, ordered[0].run.spec.slo, max_drop_pts=max_drop)
 
 
 def _summary(
@@ -489,7 +470,7 @@ def build_result(
     report_command: str,
     result_id: str | None = None,
     allow_mismatch: bool = False,
-    fleet_cards: int | None = 64,
+    fleet_cards: int | None = compare.FLEET_CARDS,
     now: dt.datetime | None = None,
 ) -> ResultFile:
     """Combine run files into a result in the seed's schema.
@@ -525,7 +506,7 @@ def build_result(
     ordered = sorted(runs, key=lambda r: _ROLE_ORDER[r.run.role])
     base = next(r for r in ordered if r.run.role == "baseline")
     ref = base.run
-    figures = {id(r): _figures(r) for r in ordered}
+    figures = {id(r): figures_of(r.run, path=r.path) for r in ordered}
     base_fig = figures[id(base)]
     configs = [_config(r, figures[id(r)], base_fig, ref) for r in ordered]
 
@@ -543,10 +524,15 @@ def build_result(
     ]
     band = compare.variance_band_pct(comp)
     max_drop = ref.spec.accuracy.max_drop_pts if ref.spec.accuracy is not None else None
-    gaps = [c.boundary_gap_pct for c in configs if c.boundary_gap_pct is not None]
-    verdict = compare.verdict(
-        comp, band_pct=band, max_drop_pts=max_drop, resolution_pct=max(gaps) if gaps else None
-    )
+    on_capacity = all(p.requests is not None for r in ordered for p in r.run.probes)
+    if on_capacity:
+        verdict = _capacity_verdict(ordered, figures, configs, max_drop)
+    else:
+        # Run files without their window requests (older ones): the seed's goodput verdict.
+        gaps = [c.boundary_gap_pct for c in configs if c.boundary_gap_pct is not None]
+        verdict = compare.verdict(
+            comp, band_pct=band, max_drop_pts=max_drop, resolution_pct=max(gaps) if gaps else None
+        )
     hardware = _hardware(ref)
     fleet: Fleet | None = None
     if fleet_cards is not None:
@@ -603,7 +589,7 @@ def build_result(
         variance_band_pct=round(band, 2),
         fleet=fleet,
         configs=configs,
-        not_covered=_not_covered(ordered, configs, band_pct=band),
+        not_covered=_not_covered(ordered, configs, band_pct=None if on_capacity else band),
         reproduce=reproduce,
         spec=spec,
         schema_version=1,
@@ -642,6 +628,6 @@ def report_command(
         parts += ["--out", shlex.quote(out)]
     if allow_mismatch:
         parts.append("--allow-mismatch")
-    if fleet_cards != 64:
+    if fleet_cards != compare.FLEET_CARDS:
         parts += ["--fleet-cards", "none" if fleet_cards is None else str(fleet_cards)]
     return " ".join(parts)

@@ -87,14 +87,16 @@ def test_full_inputs_meeting_the_policy_are_published():
         )
         outcome = r.outcome.model_copy(update={"confirm_probes": [1, 2, 3], "slo_pass_count": 3})
         runs.append(
-            r.model_copy(
-                update={
-                    "quick": False,
-                    "effective": full,
-                    "accuracy": acc,
-                    "probes": [*r.probes, extra],
-                    "outcome": outcome,
-                }
+            factories.recomputed(
+                r.model_copy(
+                    update={
+                        "quick": False,
+                        "effective": full,
+                        "accuracy": acc,
+                        "probes": [*r.probes, extra],
+                        "outcome": outcome,
+                    }
+                )
             )
         )
     result = make(runs)
@@ -142,7 +144,7 @@ def test_accuracy_gate_two_point_drop_is_not_an_improvement():
         )
         for p in runs[1].probes
     ]
-    runs[1] = runs[1].model_copy(update={"accuracy": acc, "probes": probes})
+    runs[1] = factories.recomputed(runs[1].model_copy(update={"accuracy": acc, "probes": probes}))
     result = make(runs)
     tuned = result.configs[1]
     assert tuned.goodput_tok_s > result.configs[0].goodput_tok_s * 1.09
@@ -174,8 +176,10 @@ def test_no_confirmed_rate_gives_zero_goodput_and_a_caveat():
     runs = factories.seed_runs()
     outcome = runs[1].outcome.model_copy(update={"confirmed_rate_rps": None, "confirm_probes": [1]})
     failed = runs[1].probes[1].model_copy(update={"slo_pass": False})
-    runs[1] = runs[1].model_copy(
-        update={"outcome": outcome, "probes": [runs[1].probes[0], failed, runs[1].probes[2]]}
+    runs[1] = factories.recomputed(
+        runs[1].model_copy(
+            update={"outcome": outcome, "probes": [runs[1].probes[0], failed, runs[1].probes[2]]}
+        )
     )
     result = make(runs)
     assert result.configs[1].goodput_tok_s == 0.0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tokenwatt import policy, store
 from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt.compare import FLEET_CARDS
 from tokenwatt.errors import ResultError
 from tokenwatt.report import LoadedRun, build_result, report_command
 
@@ -44,8 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--fleet-cards",
         type=_cards,
-        default=64,
-        help="project the per-card difference onto N cards ('none': no projection; default 64)",
+        default=FLEET_CARDS,
+        help="project the per-card difference onto N cards ('none': no projection;"
+        f" default {FLEET_CARDS})",
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing result file")
     p.set_defaults(handler=run)

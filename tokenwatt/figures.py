@@ -1,0 +1,238 @@
+"""Every figure of one configuration, computed from its run file's evidence (pure).
+
+The one home of a configuration's figures: ``measure`` calls :func:`outcome_figures` to write
+the run file's summary, and ``report`` calls :func:`figures_of`, which recomputes everything
+from the evidence in the run file (each probe's window requests, the power samples) and refuses
+a file whose summary fields say something else. Definitions (methodology page):
+
+- **SLO goodput**: output tokens of the successful window requests of a confirmation repeat ÷
+  its window; the configuration's figure is the mean over the accepted confirmation's repeats
+  (0 when no rate was confirmed).
+- **p99 TTFT / TPOT of a configuration**: nearest rank over the window requests of the accepted
+  confirmation's repeats pooled, failures as +inf (:func:`tokenwatt.metrics.pooled_latency_stats`).
+- **SLO capacity**: :mod:`tokenwatt.capacity`, from every probe.
+- **Power and energy**: :mod:`tokenwatt.energy`, over the accepted confirmation's windows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tokenwatt import energy
+from tokenwatt.capacity import CapacityEstimate, estimate_capacity
+from tokenwatt.errors import ResultError
+from tokenwatt.metrics import TableColumn, pooled_latency_stats, slo_pass
+from tokenwatt.schema.result import PowerTraceSummary
+from tokenwatt.schema.run import ProbeRecord, RunFile
+
+__all__ = [
+    "GOODPUT_TOLERANCE",
+    "ConfigFigures",
+    "OutcomeFigures",
+    "figures_of",
+    "outcome_figures",
+    "pooled_p99_ms",
+    "search_phases",
+]
+
+GOODPUT_TOLERANCE = 1e-6
+"""Relative tolerance when a stored figure is compared with the one recomputed from evidence."""
+
+_POWER_TRACE_POINTS = 300
+
+search_phases: tuple[str, ...] = ("search", "bisect", "refine", "rates")
+"""Phases whose probes look for the boundary (the rest confirm it)."""
+
+
+@dataclass(frozen=True)
+class OutcomeFigures:
+    """The figures of the accepted confirmation (or of the last attempt, with no rate)."""
+
+    confirmed_rate_rps: float | None
+    goodput_tok_s: float
+    repeat_goodputs_tok_s: list[float]
+    ttft_p99_ms: float | None
+    """Pooled nearest-rank p99 over the repeats' window requests; None when infinite."""
+    tpot_p99_ms: float | None
+    slo_pass_count: int
+    approximate_output_requests: int
+    """Confirmation-window requests whose output tokens were counted from chunks."""
+
+
+def pooled_p99_ms(probes: Sequence[ProbeRecord], column: TableColumn) -> float | None:
+    """Nearest-rank p99 over the probes' window requests pooled (failures +inf); None if inf.
+
+    A probe without its request table (an old run file) bounds the pooled p99 from above by
+    its own p99: the worst repeat's p99 stands in.
+    """
+    tables = [p.requests for p in probes if p.requests is not None]
+    if probes and len(tables) == len(probes):
+        value = pooled_latency_stats(tables, column).p99
+    else:
+        known = [v for v in (getattr(p, column).p99 for p in probes) if v is not None]
+        value = max(known) if known else None
+    return None if value is None or math.isinf(value) else value
+
+
+def outcome_figures(
+    probes: Sequence[ProbeRecord], confirm: Sequence[int], confirmed_rate_rps: float | None
+) -> OutcomeFigures:
+    """The confirmation's figures from its probes (``confirm``: their indices in ``probes``)."""
+    chosen = [probes[i] for i in confirm if i < len(probes)]
+    goodputs = [p.goodput_tok_s for p in chosen] if confirmed_rate_rps is not None else []
+    return OutcomeFigures(
+        confirmed_rate_rps=confirmed_rate_rps,
+        goodput_tok_s=math.fsum(goodputs) / len(goodputs) if goodputs else 0.0,
+        repeat_goodputs_tok_s=goodputs,
+        ttft_p99_ms=pooled_p99_ms(chosen, "ttft_ms"),
+        tpot_p99_ms=pooled_p99_ms(chosen, "tpot_ms"),
+        slo_pass_count=sum(1 for p in chosen if p.slo_pass),
+        approximate_output_requests=sum(p.approximate_output_tokens for p in chosen),
+    )
+
+
+@dataclass(frozen=True)
+class ConfigFigures:
+    """Everything ``report`` shows of one configuration, recomputed from its run file."""
+
+    outcome: OutcomeFigures
+    capacity: CapacityEstimate
+    power: energy.WindowFigures | None
+    """None when the run has no power evidence."""
+    power_trace: PowerTraceSummary | None
+    probe_seconds: float | None
+    boundary_gap_pct: float | None
+    """How far above the confirmed rate the lowest failing probe ran, %."""
+    sweep_strategy: Literal["bisect", "adaptive", "rates"]
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=GOODPUT_TOLERANCE, abs_tol=1e-9)
+
+
+def _check_probe(path: str, run: RunFile, probe: ProbeRecord) -> None:
+    """A probe's summary fields must be what its window requests say."""
+    where = f"{path}: probes[{probe.index}]"
+    expected = probe.output_tokens / probe.window_s
+    if not _close(probe.goodput_tok_s, expected):
+        raise ResultError(
+            f"{where}.goodput_tok_s is {probe.goodput_tok_s}, but output_tokens / window_s ="
+            f" {expected}; the run file is inconsistent"
+        )
+    table = probe.requests
+    if table is None:
+        return
+    ok_tokens = sum(n for n, s in zip(table.output_tokens, table.status, strict=True) if s == "ok")
+    if ok_tokens != probe.output_tokens:
+        raise ResultError(
+            f"{where}.output_tokens is {probe.output_tokens}, but its successful requests"
+            f" carry {ok_tokens}; the run file is inconsistent"
+        )
+    ok = sum(1 for s in table.status if s == "ok")
+    if ok != probe.ok or len(table.status) != probe.window_requests:
+        raise ResultError(
+            f"{where}: ok {probe.ok} of window_requests {probe.window_requests}, but its request"
+            f" table holds {ok} successful of {len(table.status)}; the run file is inconsistent"
+        )
+    if probe.early_stop is None:
+        # The verdict is recomputed from the requests, never taken from the file.
+        passed = slo_pass(
+            ttft_ms=pooled_latency_stats([table], "ttft_ms"),
+            tpot_ms=pooled_latency_stats([table], "tpot_ms"),
+            slo=run.spec.slo,
+            client_bound=probe.client_bound,
+        )
+        if passed != probe.slo_pass:
+            raise ResultError(
+                f"{where}.slo_pass is {probe.slo_pass}, but its window requests' p99 TTFT and"
+                f" TPOT against the spec's SLO say {passed}; the run file is inconsistent"
+            )
+
+
+def _check_outcome(path: str, run: RunFile, figures: OutcomeFigures) -> None:
+    outcome = run.outcome
+    assert outcome is not None
+    if figures.confirmed_rate_rps is not None and figures.slo_pass_count != len(
+        [i for i in outcome.confirm_probes if i < len(run.probes)]
+    ):
+        raise ResultError(
+            f"{path}: outcome.confirmed_rate_rps is set but a confirmation repeat failed"
+        )
+    if not _close(outcome.goodput_tok_s, figures.goodput_tok_s):
+        raise ResultError(
+            f"{path}: outcome.goodput_tok_s is {outcome.goodput_tok_s}, but its confirmation"
+            f" repeats give {figures.goodput_tok_s}; the run file is inconsistent"
+        )
+
+
+def _power(path: str, run: RunFile, accepted: Sequence[ProbeRecord]) -> energy.WindowFigures | None:
+    evidence = run.power
+    if evidence is None:
+        return None
+    windows, tokens = energy.confirmed_windows(accepted)
+    figures = energy.window_figures(evidence, windows, output_tokens=tokens)
+    stored = {
+        "node_power_kw": evidence.node_power_kw,
+        "energy_j": evidence.energy_j,
+        "tokens_per_joule": evidence.tokens_per_joule,
+    }
+    for name, value in stored.items():
+        if not _close(value, getattr(figures, name)):
+            raise ResultError(
+                f"{path}: power.{name} is {value}, but the run's power samples over the"
+                f" confirmed windows give {getattr(figures, name)}; the run file is inconsistent"
+            )
+    return figures
+
+
+def _boundary_gap_pct(run: RunFile, confirmed: float | None) -> float | None:
+    if confirmed is None:
+        return None
+    above = [p.rate_rps for p in run.probes if not p.slo_pass and p.rate_rps > confirmed]
+    return (min(above) - confirmed) / confirmed * 100.0 if above else None
+
+
+def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
+    """Every figure of a run, recomputed from its evidence.
+
+    Raises:
+        ResultError: a summary field of the file disagrees with its evidence (named).
+    """
+    for probe in run.probes:
+        _check_probe(path, run, probe)
+    strategy: Literal["bisect", "adaptive", "rates"] = (
+        "rates" if run.spec.sweep.rates is not None else run.spec.sweep.strategy
+    )
+    capacity = estimate_capacity(run.probes, run.spec.slo)
+    outcome = run.outcome
+    if outcome is None:
+        empty = OutcomeFigures(None, 0.0, [], None, None, 0, 0)
+        return ConfigFigures(empty, capacity, None, None, None, None, strategy)
+    figures = outcome_figures(run.probes, outcome.confirm_probes, outcome.confirmed_rate_rps)
+    _check_outcome(path, run, figures)
+    accepted = (
+        [run.probes[i] for i in outcome.confirm_probes if i < len(run.probes)]
+        if figures.confirmed_rate_rps is not None
+        else []
+    )
+    power = _power(path, run, accepted)
+    trace: PowerTraceSummary | None = None
+    if run.power is not None and run.power.source != "none":
+        windows, _ = energy.confirmed_windows(accepted)
+        trace = energy.power_trace_summary(
+            run.power, windows=windows or None, max_points=_POWER_TRACE_POINTS
+        )
+    return ConfigFigures(
+        outcome=figures,
+        capacity=capacity,
+        power=power,
+        power_trace=trace,
+        probe_seconds=outcome.probe_seconds,
+        boundary_gap_pct=_boundary_gap_pct(run, figures.confirmed_rate_rps),
+        sweep_strategy=strategy,
+    )
