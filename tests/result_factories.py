@@ -197,3 +197,66 @@ def hostile_data(seed_path: Path) -> dict[str, Any]:
     data["not_covered"] = ["<script>alert('caveat')</script>", "![img](http://example.com/x.png)"]
     data["reproduce"] = "echo '<script>alert(1)</script>' && echo done\n```\n</code></pre><b>x</b>"
     return data
+
+
+def capacity_mode_data(seed_path: Path) -> dict[str, Any]:
+    """:func:`full_mode_data` as ``report`` now writes it: SLO capacity with its interval and
+    fits per config, each probe's share of requests over the bounds, a verdict on capacity."""
+    data = full_mode_data(seed_path, result_id="h100-qwen3-30b-a3b-moe-capacity")
+    data["title"] = "Capacity: tuned vs default fused-MoE kernels, Qwen3-30B-A3B FP8 on 1× H100"
+    capacities = {
+        "baseline": (17.6, 16.9, 18.2),
+        "tuned": (19.9, 19.2, 20.5),
+        "other": (17.5, 16.8, 18.1),
+    }
+    for config in data["configs"]:
+        cap, low, high = capacities[config["key"]]
+        slope = 11.0
+        intercept = math.log(0.01 / 0.99) - slope * math.log(cap)
+        config.update(
+            {
+                "slo_capacity_rps": cap,
+                "slo_capacity_ci_rps": [low, high],
+                "binding_slo": "tpot",
+                "capacity_bracket_rps": [
+                    config["confirmed_rate_rps"],
+                    24.41 if config["key"] == "tuned" else 19.53,
+                ],
+                "sweep_strategy": "adaptive",
+                "capacity_fits": [
+                    {"slo": "ttft", "method": "above_all", "lower_bound_rps": 19.53},
+                    {
+                        "slo": "tpot",
+                        "method": "logistic",
+                        "capacity_rps": cap,
+                        "ci_rps": [low, high],
+                        "intercept": intercept,
+                        "slope": slope,
+                        "dispersion": 14.2,
+                        "dof": 5,
+                        "probes_used": 7,
+                        "lower_bound_rps": config["confirmed_rate_rps"],
+                        "upper_bound_rps": 19.53,
+                    },
+                ],
+            }
+        )
+        for probe in config["probes"]:
+            q = 1.0 / (1.0 + math.exp(-(intercept + slope * math.log(probe["rate_rps"]))))
+            probe["tpot_over_pct"] = round(q * 100, 4)
+            probe["ttft_over_pct"] = 0.0
+    data["verdict"] = {
+        "outcome": "better",
+        "change_pct": 13.1,
+        "text": "'tuned kernels' against 'default kernels': 13.1% higher SLO capacity (SLO"
+        " capacity 19.90 vs 17.60 req/s); 95% CI +6.2% to +20.4%, widened by the baseline's"
+        " drift against its repeat (-0.6%); minimum detectable effect ±5.9%.",
+        "ci_low_pct": 6.2,
+        "ci_high_pct": 20.4,
+        "ci_method": "joint fit of ln p99 against ln rate with a common slope (Fieller"
+        " interval, Student's t with 14 df), widened by the drift",
+        "basis": "slo_capacity",
+        "mde_pct": 5.9,
+        "drift_pct": -0.6,
+    }
+    return data

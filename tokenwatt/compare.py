@@ -1,4 +1,24 @@
-"""Comparing configurations: variance band, verdict, confidence interval, fleet projection.
+"""Comparing configurations: the verdict on SLO capacity, variance band, fleet projection.
+
+**Verdict on SLO capacity** (:func:`capacity_verdict`; every result whose runs keep their window
+requests). The change of the candidate (role ``tuned``) against the baseline is the ratio of
+their SLO capacities from one joint fit of both runs' probes
+(:func:`tokenwatt.capacity.relative_capacity`), with its 95 % interval. Both configurations see
+the same arrival schedules and request lengths at the same rate (each probe of a run uses its
+own workload stream, the same for every run of the comparison: common random numbers), so what
+differs between them is the configuration, not the luck of the draw. When the comparison holds a
+repeat of the baseline (role ``other``), its capacity change against the baseline is the
+*drift*, and the interval is widened by its size on both sides: a change the baseline shows
+against itself is no evidence. Outcomes, from the widened interval:
+
+- ``gate_failed``: the candidate's accuracy dropped by more than ``max_drop_pts``;
+- ``better`` / ``worse``: the interval lies wholly above / below 0;
+- ``no_difference``: it lies within ± the minimum detectable effect;
+- ``inconclusive``: neither (or the probes do not bound it): the data cannot say.
+
+The **minimum detectable effect** (MDE) is the smallest true change the comparison would call
+better or worse four times in five: (t(0.975) + t(0.80)) x the standard error of the log ratio,
+widened by the drift, as a percentage. Every verdict states its interval and MDE.
 
 **Variance band.** ``variance_band_pct`` is the larger of two spreads, in percent:
 
@@ -32,22 +52,34 @@ from dataclasses import dataclass
 
 from scipy import stats as scipy_stats
 
-from tokenwatt.schema.result import Fleet, Verdict
+from tokenwatt.capacity import RelativeCapacity, SloName, relative_capacity
+from tokenwatt.schema.result import Fleet, Verdict, VerdictOutcome
+from tokenwatt.schema.run import ProbeRecord
+from tokenwatt.schema.spec import SloSpec
 
 __all__ = [
+    "FLEET_CARDS",
     "HOURS_PER_YEAR",
+    "POWER",
+    "CapacityFigures",
     "ConfigFigures",
+    "capacity_verdict",
     "change_pct",
     "confidence_interval",
     "fleet_projection",
     "repeat_spread_pct",
     "variance_band_pct",
     "verdict",
+    "verdict_from_probes",
 ]
 
 HOURS_PER_YEAR = 8760.0
 CONFIDENCE = 0.95
+POWER = 0.80
+"""The MDE is the true change detected with this probability."""
 MIN_REPEATS_FOR_CI = 3
+FLEET_CARDS = 64
+"""Cards the fleet projection assumes unless told otherwise."""
 
 
 @dataclass(frozen=True)
@@ -230,4 +262,163 @@ def fleet_projection(
         goodput_delta_tok_s=goodput,
         power_delta_kw=power_kw,
         energy_delta_kwh_per_year=energy,
+    )
+
+
+@dataclass(frozen=True)
+class CapacityFigures:
+    """One configuration's SLO capacity, as the verdict reads it."""
+
+    key: str
+    label: str
+    capacity_rps: float | None
+    binding_slo: SloName | None = None
+    accuracy_delta_pts: float | None = None
+    accuracy_meaningful: bool = True
+
+
+def verdict_from_probes(
+    configs: Sequence[tuple[CapacityFigures, Sequence[ProbeRecord]]],
+    slo: SloSpec,
+    *,
+    max_drop_pts: float | None,
+) -> Verdict:
+    """The verdict on SLO capacity from every configuration's probes, the baseline first.
+
+    One joint fit (:func:`tokenwatt.capacity.relative_capacity`) on the bound that binds the
+    baseline, then :func:`capacity_verdict`.
+    """
+    base = configs[0][0]
+    relative = relative_capacity(
+        [probes for _, probes in configs],
+        slo,
+        binding=base.binding_slo or "tpot",
+        centres_rps=[figures.capacity_rps for figures, _ in configs],
+    )
+    return capacity_verdict(
+        [figures for figures, _ in configs],
+        relative,
+        order=[figures.key for figures, _ in configs],
+        max_drop_pts=max_drop_pts,
+    )
+
+
+def _gate_failed(candidate: CapacityFigures, max_drop_pts: float | None) -> bool:
+    return (
+        max_drop_pts is not None
+        and candidate.accuracy_meaningful
+        and candidate.accuracy_delta_pts is not None
+        and candidate.accuracy_delta_pts < -max_drop_pts
+    )
+
+
+def _pct(log_value: float) -> float:
+    return (math.exp(log_value) - 1.0) * 100.0
+
+
+def capacity_verdict(
+    configs: Sequence[CapacityFigures],
+    relative: RelativeCapacity | None,
+    *,
+    order: Sequence[str],
+    max_drop_pts: float | None,
+) -> Verdict:
+    """The comparison's conclusion on SLO capacity (see the module docstring).
+
+    Args:
+        configs: every configuration.
+        relative: the joint fit of the configurations in ``order`` (None: it was not possible).
+        order: the keys of the configurations in the order ``relative`` holds them; the first
+            is the baseline.
+        max_drop_pts: the accuracy gate (None: no gate).
+    """
+    by_key = {c.key: c for c in configs}
+    baseline, tuned = by_key.get("baseline"), by_key.get("tuned")
+    if baseline is None or tuned is None:
+        missing = "baseline" if baseline is None else "tuned"
+        return Verdict(
+            outcome="not_compared",
+            text=f"No comparison: there is no {missing} configuration.",
+            basis="slo_capacity",
+        )
+    who = f"'{tuned.label}' against '{baseline.label}'"
+    if relative is None or "tuned" not in order:
+        return Verdict(
+            outcome="gate_failed" if _gate_failed(tuned, max_drop_pts) else "inconclusive",
+            text=f"{who}: the probes do not support a capacity comparison (too few usable probes"
+            " near either boundary); measure longer or with more probes.",
+            basis="slo_capacity",
+        )
+    k = list(order).index("tuned")
+    change = relative.change_pct(k)
+    log_ci = relative.ci[k]
+    se = relative.log_se[k]
+    drift_log = 0.0
+    drift_pct: float | None = None
+    if "other" in order:
+        drift_log = abs(relative.log_ratio[list(order).index("other")])
+        drift_pct = relative.change_pct(list(order).index("other"))
+    dof = relative.dof
+    z = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2.0, dof) + scipy_stats.t.ppf(POWER, dof))
+    mde = _pct(z * se + drift_log) if se is not None else None
+    caps = ""
+    if baseline.capacity_rps is not None and tuned.capacity_rps is not None:
+        caps = f" (SLO capacity {tuned.capacity_rps:.2f} vs {baseline.capacity_rps:.2f} req/s)"
+    drift_text = (
+        f", widened by the baseline's drift against its repeat ({drift_pct:+.1f}%)"
+        if drift_pct is not None
+        else ""
+    )
+    low = high = None
+    if log_ci is not None:
+        low, high = _pct(log_ci[0] - drift_log), _pct(log_ci[1] + drift_log)
+    interval = (
+        f"95% CI {low:+.1f}% to {high:+.1f}%{drift_text}"
+        if low is not None and high is not None
+        else "95% interval unbounded: the probes do not pin the change down"
+    )
+    mde_text = f"; minimum detectable effect ±{mde:.1f}%" if mde is not None else ""
+    outcome: VerdictOutcome
+    if _gate_failed(tuned, max_drop_pts):
+        assert tuned.accuracy_delta_pts is not None
+        outcome = "gate_failed"
+        text = (
+            f"{who}: fails the accuracy gate (accuracy {tuned.accuracy_delta_pts:+.1f} points,"
+            f" more than the {max_drop_pts:g}-point limit), so it is not an improvement"
+            f" whatever its SLO capacity ({change:+.1f}%, {interval}){caps}."
+        )
+    elif low is not None and high is not None and low > 0:
+        outcome = "better"
+        text = f"{who}: {change:.1f}% higher SLO capacity{caps}; {interval}{mde_text}."
+    elif low is not None and high is not None and high < 0:
+        outcome = "worse"
+        text = f"{who}: {-change:.1f}% lower SLO capacity{caps}; {interval}{mde_text}."
+    elif low is not None and high is not None and mde is not None and -mde <= low and high <= mde:
+        outcome = "no_difference"
+        text = (
+            f"{who}: no measurable difference in SLO capacity ({change:+.1f}%{caps}); {interval},"
+            f" within ± the minimum detectable effect ({mde:.1f}%)."
+        )
+    else:
+        outcome = "inconclusive"
+        text = (
+            f"{who}: inconclusive: SLO capacity {change:+.1f}%{caps}, but {interval}{mde_text};"
+            " the probes cannot tell better from worse. A longer sweep narrows it"
+            " (tokenwatt plan estimates how long)."
+        )
+    return Verdict(
+        outcome=outcome,
+        change_pct=change,
+        band_pct=None,
+        text=text,
+        ci_low_pct=low,
+        ci_high_pct=high,
+        ci_method=(
+            "joint fit of ln p99 against ln rate with a common slope (Fieller interval,"
+            f" Student's t with {dof} df), widened by the drift"
+        ),
+        test=None,
+        basis="slo_capacity",
+        mde_pct=mde,
+        drift_pct=drift_pct,
     )

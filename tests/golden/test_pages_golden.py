@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.result_factories import full_mode_data, hostile_data, seed_data
+from tests.result_factories import capacity_mode_data, full_mode_data, hostile_data, seed_data
 from tokenwatt.pages import charts
 from tokenwatt.pages.render import make_environment, render_index, render_result, result_view
 from tokenwatt.schema.result import ResultFile
@@ -50,6 +50,7 @@ def views(seed_path):
         "seed": seed_data(seed_path),
         "full": full_mode_data(seed_path),
         "hostile": hostile_data(seed_path),
+        "capacity": capacity_mode_data(seed_path),
     }
     return {
         name: result_view(ResultFile.model_validate(d), source=f"results/{name}.json")
@@ -62,7 +63,7 @@ def env():
     return make_environment(REPO / "templates")
 
 
-@pytest.mark.parametrize("name", ["seed", "full", "hostile"])
+@pytest.mark.parametrize("name", ["seed", "full", "hostile", "capacity"])
 def test_result_page_matches_golden(name, views, env):
     check_golden(f"{name}.md", render_result(views[name], env=env, draw=draw_stub))
 

@@ -80,7 +80,7 @@ def test_seed_page_opens_with_the_quick_mode_flag(site):
 def test_seed_page_values_have_units(site):
     text = article(site, SEED_PAGE).words()
     for expected in [
-        "4,515 tok/s",
+        "4,515.0 tok/s",
         "4,522.8 tok/s",
         "4,516.4 tok/s",
         "338 ms",
@@ -95,7 +95,7 @@ def test_seed_page_values_have_units(site):
         "p99 TTFT ≤ 2,000 ms, p99 TPOT ≤ 50 ms",
         "3.35 TB/s per GPU",
         "1 Hz",
-        "Variance band: ± 0.7 %",
+        "Variance band: ± 0.70 %",
         "Fleet of 64 cards",
         "+0.17 % (computed)",
         "7.247 tok/J (computed)",
@@ -177,15 +177,17 @@ def test_full_result_page(site, seed_path):
     ]
     text = doc.words()
     assert data["verdict"]["text"] in text
-    assert "Confidence interval of the change: +7.6 % to +9 % (Welch t interval, 95 %)" in text
+    assert "Confidence interval of the change: +7.60 % to +9.00 % (Welch t interval, 95 %)" in text
     fleet = data["fleet"]
-    assert f"Goodput difference {fmt_number(fleet['goodput_delta_tok_s'], 'tok/s', sign=True)}" in (
-        text
-    )
-    assert "Energy difference +10,091.5 kWh per year" in text
+    goodput_delta = fmt_number(fleet["goodput_delta_tok_s"], "tok/s", digits=1, sign=True)
+    assert f"Goodput difference {goodput_delta}" in text
+    assert "Energy difference +10,092 kWh per year" in text
     assert "576,900 J (0.160 kWh, counter)" in text
-    assert "4,880 tok/s, 4,890 tok/s, 4,900 tok/s" in text
-    assert "61 samples: min 629 W, mean 641 W, max 653 W, 0 gaps" in text
+    assert "4,880.0 tok/s, 4,890.0 tok/s, 4,900.0 tok/s" in text
+    assert (
+        "61 samples in the confirmed windows: min 629.0 W, mean 641.0 W, max 653.0 W, 0 gaps"
+        in text
+    )
     assert "19.6 req/s" in text
     probes = doc.find("details", cls="info")
     assert "open" not in probes.attrs
@@ -194,7 +196,7 @@ def test_full_result_page(site, seed_path):
     assert rows[5][4:] == [
         "386.5 ms / unbounded",
         "44.8 ms / 74.7 ms",
-        "4,515 tok/s",
+        "4,515.0 tok/s",
         "12 (12 cut by the stop)",
         "fail (stopped early)",
         "0.4 ms",
@@ -235,7 +237,7 @@ def test_index_lists_the_seed_only_among_unpublished(site):
         "1 × NVIDIA H100 80GB HBM3",
         "Qwen3-30B-A3B-FP8",
         "vLLM 0.31.0",
-        "4,890 tok/s (tuned)",
+        "4,890.0 tok/s (tuned)",
         "7.629 tok/J",
         "Tuned kernels raised SLO goodput by 8.3 %, beyond the 0.9 % variance band.",
         "2026-10-08",

@@ -8,6 +8,7 @@ tested without drawing anything, and the chart specs without a page.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,7 +100,9 @@ def _goodput_chart(result: ResultFile, names: list[str], *, validate: bool) -> C
     caption = ["Mean SLO goodput of each config's confirmation repeats (filled dots)."]
     baseline = next((c for c in result.configs if c.key == "baseline"), None)
     band = result.variance_band_pct
-    if baseline is not None and band is not None:
+    on_capacity = result.verdict is not None and result.verdict.basis == "slo_capacity"
+    if baseline is not None and band is not None and not on_capacity:
+        # The band says something only where the verdict rests on goodput (the seed's basis).
         datasets["band"] = [
             {
                 "low": baseline.goodput_tok_s * (1 - band / 100),
@@ -143,6 +146,157 @@ def _goodput_chart(result: ResultFile, names: list[str], *, validate: bool) -> C
         title="SLO goodput per config",
         caption=" ".join(caption),
         spec=_spec(chart, datasets, validate=validate),
+    )
+
+
+def _capacity_chart(result: ResultFile, names: list[str], *, validate: bool) -> Chart | None:
+    rows: list[dict[str, Any]] = []
+    brackets: list[dict[str, Any]] = []
+    for name, c in zip(names, result.configs, strict=True):
+        if c.slo_capacity_rps is None:
+            continue
+        ci = c.slo_capacity_ci_rps
+        rows.append(
+            {
+                "config": name,
+                "capacity_rps": c.slo_capacity_rps,
+                "low": ci[0] if ci else None,
+                "high": ci[1] if ci else None,
+            }
+        )
+        bracket = c.capacity_bracket_rps or []
+        brackets += [
+            {"config": name, "rate_rps": v, "end": end}
+            for v, end in zip(bracket, ("highest pass", "lowest fail"), strict=False)
+            if v is not None
+        ]
+    if not rows:
+        return None
+    x = alt.X(**_q("capacity_rps", title="SLO capacity (req/s)", scale=alt.Scale(zero=False)))
+    y = alt.Y(**_n("config", title=None, sort=names, axis=alt.Axis(labelLimit=240)))
+    layers: list[alt.Chart] = []
+    if any(r["low"] is not None for r in rows):
+        layers.append(
+            alt.Chart(_data("capacity"))
+            .transform_filter("datum.low != null")
+            .mark_rule(color="#1565c0", size=3)
+            .encode(
+                x=alt.X(**_q("low", title="SLO capacity (req/s)")), x2=alt.X2(field="high"), y=y
+            )
+        )
+    if brackets:
+        layers.append(
+            alt.Chart(_data("brackets"))
+            .mark_tick(color="#555555", thickness=2, size=16)
+            .encode(x=alt.X(**_q("rate_rps")), y=y)
+        )
+    layers.append(
+        alt.Chart(_data("capacity"))
+        .mark_point(filled=True, size=110, color="#1565c0", opacity=1)
+        .encode(x=x, y=y)
+    )
+    chart = alt.layer(*layers).properties(width=_WIDTH, height=max(90, 48 * len(rows)))
+    return Chart(
+        key="capacity",
+        title="SLO capacity per config",
+        caption=(
+            "The SLO capacity each config's probes imply (dots), with its 95 % interval (bars;"
+            " none where the probes do not bound it), and the measured bracket: the highest"
+            " passing and the lowest failing probe above it (ticks)."
+        ),
+        spec=_spec(chart, {"capacity": rows, "brackets": brackets}, validate=validate),
+    )
+
+
+def _exceedance_chart(
+    result: ResultFile,
+    names: list[str],
+    *,
+    which: Literal["ttft", "tpot"],
+    slo_ms: float,
+    validate: bool,
+) -> Chart | None:
+    points: list[dict[str, Any]] = []
+    curves: list[dict[str, Any]] = []
+    floor = 0.01  # % shown for probes with none over: a log axis has no 0
+    for name, c in zip(names, result.configs, strict=True):
+        fit = next((f for f in c.capacity_fits or [] if f.slo == which), None)
+        for probe in c.probes or []:
+            value = getattr(probe, f"{which}_over_pct")
+            if value is None or probe.client_bound:
+                continue
+            points.append(
+                {
+                    "config": name,
+                    "rate_rps": probe.rate_rps,
+                    "over_pct": max(value, floor),
+                    "probe": "none over" if value == 0 else "measured",
+                }
+            )
+        if fit is None or fit.method != "logistic" or fit.intercept is None or fit.slope is None:
+            continue
+        rates = [p["rate_rps"] for p in points if p["config"] == name]
+        lo, hi = min(rates) * 0.9, max(rates) * 1.1
+        for i in range(41):
+            r = lo * (hi / lo) ** (i / 40)
+            eta = fit.intercept + fit.slope * math.log(r)
+            q = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, eta))))
+            curves.append({"config": name, "rate_rps": r, "over_pct": max(q * 100.0, floor)})
+    if not curves:
+        return None
+    metric = which.upper()
+    color = alt.Color(**_n("config", title="config", sort=names, legend=_LEGEND))
+    x = alt.X(**_q("rate_rps", title="arrival rate (req/s)", scale=alt.Scale(zero=False)))
+    y = alt.Y(
+        **_q(
+            "over_pct",
+            title=f"requests over the {metric} bound (%)",
+            scale=alt.Scale(type="log", domain=[floor, 100]),
+        )
+    )
+    line = (
+        alt.Chart(_data("curves"))
+        .mark_line(strokeWidth=2)
+        .encode(x=x, y=y, color=color, order=alt.Order(**_q("rate_rps")))
+    )
+    dots = (
+        alt.Chart(_data("points"))
+        .mark_point(size=60, filled=True)
+        .encode(
+            x=x,
+            y=y,
+            color=color,
+            shape=alt.Shape(
+                **_n(
+                    "probe",
+                    title="probe",
+                    scale=alt.Scale(
+                        domain=["measured", "none over"], range=["circle", "triangle-down"]
+                    ),
+                )
+            ),
+        )
+    )
+    target = (
+        alt.Chart(_data("target"))
+        .mark_rule(color=_SLO_COLOR, strokeDash=[6, 4], size=2)
+        .encode(y=alt.Y(**_q("over_pct")))
+    )
+    chart = alt.layer(line, dots, target).properties(width=_WIDTH, height=_HEIGHT)
+    return Chart(
+        key=f"{which}-fit",
+        title=f"Requests over the {metric} bound against arrival rate: the capacity fit",
+        caption=(
+            f"Share of each probe's window requests over the {slo_ms:,g} ms p99 {metric} bound"
+            " (failed ones count as over; log scale; triangles: none over), and the logistic"
+            " fit each config's capacity comes from (lines). The SLO is met while at most 1 %"
+            " are over (red line): the capacity is where a config's fit crosses it."
+        ),
+        spec=_spec(
+            chart,
+            {"points": points, "curves": curves, "target": [{"over_pct": 1.0}]},
+            validate=validate,
+        ),
     )
 
 
@@ -217,11 +371,42 @@ def _latency_chart(
         )
         .encode(y=slo_y)
     )
-    chart = alt.layer(lines, points, slo, slo_label).properties(width=_WIDTH, height=_HEIGHT)
+    bands: list[dict[str, Any]] = []
+    for name, config in zip(names, result.configs, strict=True):
+        fit = next((f for f in config.capacity_fits or [] if f.slo == which), None)
+        if fit is not None and fit.capacity_rps is not None and fit.ci_rps:
+            bands.append(
+                {
+                    "config": name,
+                    "low": fit.ci_rps[0],
+                    "high": fit.ci_rps[1],
+                    "capacity_rps": fit.capacity_rps,
+                }
+            )
+    layers: list[alt.Chart] = []
+    if bands:
+        layers.append(
+            alt.Chart(_data("bands"))
+            .mark_rect(opacity=0.12)
+            .encode(x=alt.X(**_q("low")), x2=alt.X2(field="high"), color=color)
+        )
+        layers.append(
+            alt.Chart(_data("bands"))
+            .mark_rule(strokeDash=[2, 2])
+            .encode(x=alt.X(**_q("capacity_rps")), color=color)
+        )
+    chart = alt.layer(*layers, lines, points, slo, slo_label).properties(
+        width=_WIDTH, height=_HEIGHT
+    )
     caption = (
         f"p99 {metric} of every probe of the sweep against its arrival rate (log scale), with the"
         f" SLO line at {slo_ms:,g} ms; crosses failed the SLO."
     )
+    if bands:
+        caption += (
+            " Shaded: each config's 95 % interval of its capacity for this bound (dashed: the"
+            " estimate), from the fit below."
+        )
     if unbounded:
         caption += (
             f" {unbounded} probe(s) with unbounded p99 (failed requests count as infinite"
@@ -231,7 +416,9 @@ def _latency_chart(
         key=which,
         title=f"p99 {metric} against arrival rate",
         caption=caption,
-        spec=_spec(chart, {"probes": rows, "slo": [{"slo_ms": slo_ms}]}, validate=validate),
+        spec=_spec(
+            chart, {"probes": rows, "slo": [{"slo_ms": slo_ms}], "bands": bands}, validate=validate
+        ),
     )
 
 
@@ -302,9 +489,12 @@ def charts_for(result: ResultFile, *, validate: bool = False) -> list[Chart]:
     names = chart_names(result.configs)
     slo = result.slo
     charts: list[Chart | None] = [
+        _capacity_chart(result, names, validate=validate),
         _goodput_chart(result, names, validate=validate),
         _latency_chart(result, names, which="ttft", slo_ms=slo.ttft_p99_ms, validate=validate),
         _latency_chart(result, names, which="tpot", slo_ms=slo.tpot_p99_ms, validate=validate),
+        _exceedance_chart(result, names, which="ttft", slo_ms=slo.ttft_p99_ms, validate=validate),
+        _exceedance_chart(result, names, which="tpot", slo_ms=slo.tpot_p99_ms, validate=validate),
         _power_chart(result, names, validate=validate),
         _tokens_per_joule_chart(result, names, validate=validate),
     ]

@@ -22,12 +22,17 @@ from tokenwatt.errors import TokenwattError
 __all__ = ["SECTIONS", "MethodologySection", "Table", "methodology_sections", "render_methodology"]
 
 SECTIONS: tuple[tuple[str, str], ...] = (
-    ("Request metrics and the SLO", "tokenwatt.metrics"),
+    ("Request timings, failed requests and the SLO", "tokenwatt.metrics"),
+    ("Probe", "tokenwatt.load.probe"),
     ("Sweep", "tokenwatt.sweep"),
+    ("Adaptive sweep", "tokenwatt.adaptive"),
+    ("SLO capacity", "tokenwatt.capacity"),
+    ("Figures of a configuration", "tokenwatt.figures"),
     ("Memory-bandwidth utilisation (MBU)", "tokenwatt.mbu"),
     ("Power and energy", "tokenwatt.energy"),
     ("Accuracy gate", "tokenwatt.accuracy"),
-    ("Variance band and verdict", "tokenwatt.compare"),
+    ("Verdict", "tokenwatt.compare"),
+    ("Planning a run in virtual time", "tokenwatt.plan"),
     ("Rated memory bandwidth", "tokenwatt.gpus"),
     ("Publishing policy", "tokenwatt.policy"),
 )

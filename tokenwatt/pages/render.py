@@ -25,7 +25,7 @@ from typing import Literal
 import jinja2
 from markupsafe import Markup
 
-from tokenwatt import policy
+from tokenwatt import compare, policy
 from tokenwatt.pages import charts as charts_mod
 from tokenwatt.schema.result import ConfigResult, ResultFile
 
@@ -116,9 +116,26 @@ def fmt_number(
 
 
 def _pct_change(new: float | None, old: float | None) -> float | None:
-    if new is None or old is None or old == 0:
+    """:func:`tokenwatt.compare.change_pct`, with "—" where it is undefined (no reference)."""
+    if new is None or old is None:
         return None
-    return (new - old) / old * 100
+    change = compare.change_pct(new, old)
+    return change if math.isfinite(change) and old != 0 else None
+
+
+def _capacity_bound(config: ConfigResult) -> str | None:
+    """In words, what is known of a capacity with no estimate (no crossing was probed)."""
+    if config.slo_capacity_rps is not None or not config.capacity_fits:
+        return None
+    lows = [f.lower_bound_rps for f in config.capacity_fits if f.method == "above_all"]
+    highs = [f.upper_bound_rps for f in config.capacity_fits if f.method == "below_all"]
+    if any(h is not None for h in highs):
+        high = min(h for h in highs if h is not None)
+        return f"under {fmt_number(high, 'req/s', digits=2)} (no probe met the SLO)"
+    known = [v for v in lows if v is not None]
+    if known:
+        return f"at least {fmt_number(min(known), 'req/s', digits=2)} (no probe exceeded the SLO)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,8 @@ class ConfigView:
     tokens_per_joule: float | None
     tokens_per_joule_computed: bool
     tokens_per_joule_delta_pct: float | None
+    capacity_bound: str | None = None
+    """What is known of the SLO capacity when there is no estimate, in words."""
 
 
 def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
@@ -170,6 +189,7 @@ def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
                 tokens_per_joule=value,
                 tokens_per_joule_computed=value_computed,
                 tokens_per_joule_delta_pct=None if is_base else _pct_change(value, base_tpj),
+                capacity_bound=_capacity_bound(config),
             )
         )
     return tuple(views)
@@ -355,6 +375,7 @@ def render_result(view: ResultView, *, env: jinja2.Environment, draw: SvgDrawer 
         chart_keys={chart.key for chart, _ in drawn},
         spec_json=spec_json,
         policy_anchor="../methodology.md#publishing-policy",
+        verdict_anchor="../methodology.md#verdict",
     )
 
 

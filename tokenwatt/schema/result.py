@@ -15,6 +15,7 @@ from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
 from tokenwatt.schema.spec import Spec
 
 __all__ = [
+    "CapacityFitSummary",
     "ConfigAccuracy",
     "ConfigMeasurement",
     "ConfigResult",
@@ -31,6 +32,7 @@ __all__ = [
     "ResultSoftware",
     "ResultWorkload",
     "Verdict",
+    "VerdictOutcome",
 ]
 
 NonNeg = Annotated[float, Field(ge=0)]
@@ -156,12 +158,20 @@ class ProbePoint(StrictModel):
     send_lag_p99_ms: float | None = None
     stopped_early: bool = Field(
         default=False,
-        description="Stopped once provably over the SLO (sweep.early_stop): its latency figures"
-        " cover only the requests sent before the stop",
+        description="Stopped once its verdict was certain (sweep.early_stop, adaptive search):"
+        " its latency figures cover only the requests sent before the stop",
     )
     cut_requests: Annotated[int, Field(ge=0)] = Field(
         default=0,
         description="Window requests in flight at the early stop, cancelled (counted in failed)",
+    )
+    ttft_over_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None,
+        description="Window requests over the TTFT bound (failed ones included), % of those"
+        " counted",
+    )
+    tpot_over_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Window requests over the TPOT bound, % of those counted"
     )
 
 
@@ -182,6 +192,30 @@ class PowerTraceSummary(StrictModel):
     gaps: Annotated[int, Field(ge=0)] = 0
     max_gap_fraction: NonNeg | None = None
     points: list[PowerTracePoint] = Field(default_factory=list)
+
+
+class CapacityFitSummary(StrictModel):
+    """The fit behind one bound's capacity (methodology, "SLO capacity"), for the page's chart.
+
+    logit(fraction of requests over the bound) = intercept + slope x ln(rate).
+    """
+
+    slo: Literal["ttft", "tpot"]
+    method: Literal["logistic", "bracket", "above_all", "below_all"] = Field(
+        description="logistic: the fit; bracket: no fit, the measured bracket; above_all / below"
+        "_all: no probe was over / within the bound"
+    )
+    capacity_rps: NonNeg | None = None
+    ci_rps: list[NonNeg] | None = Field(default=None, description="[low, high], 95 %")
+    intercept: float | None = None
+    slope: float | None = None
+    dispersion: NonNeg | None = Field(
+        default=None, description="phi: variance of the counts over the binomial's"
+    )
+    dof: Annotated[int, Field(ge=1)] | None = None
+    probes_used: Annotated[int, Field(ge=0)] = 0
+    lower_bound_rps: NonNeg | None = None
+    upper_bound_rps: NonNeg | None = None
 
 
 class ConfigResult(StrictModel):
@@ -225,6 +259,30 @@ class ConfigResult(StrictModel):
         default=None, description="What the MBU estimate assumes (DESIGN.md: stated on the page)"
     )
     run_file: str | None = Field(default=None, description="The run file this config came from")
+    slo_capacity_rps: NonNeg | None = Field(
+        default=None,
+        description="SLO capacity: the highest Poisson rate whose steady-state p99 TTFT and TPOT"
+        " meet the SLO, estimated from every probe (methodology, 'SLO capacity'), req/s",
+    )
+    slo_capacity_ci_rps: list[NonNeg] | None = Field(
+        default=None,
+        description="95 % confidence interval of slo_capacity_rps, [low, high]; null when the"
+        " probes do not bound it",
+    )
+    binding_slo: Literal["ttft", "tpot"] | None = Field(
+        default=None, description="The bound that sets the capacity"
+    )
+    capacity_bracket_rps: list[NonNeg | None] | None = Field(
+        default=None,
+        description="[highest passing probe, lowest failing probe above it], req/s: what was"
+        " measured, beside the estimate",
+    )
+    capacity_fits: list[CapacityFitSummary] | None = Field(
+        default=None, description="The fit behind each bound's capacity"
+    )
+    sweep_strategy: Literal["bisect", "adaptive", "rates"] | None = Field(
+        default=None, description="How the probes were placed"
+    )
 
     @model_validator(mode="after")
     def _passes_within_repeats(self) -> ConfigResult:
@@ -235,11 +293,20 @@ class ConfigResult(StrictModel):
         return self
 
 
+VerdictOutcome = Literal[
+    "better", "worse", "no_difference", "inconclusive", "gate_failed", "not_compared"
+]
+
+
 class Verdict(StrictModel):
     """The comparison's conclusion, written by the code from the numbers."""
 
-    outcome: Literal["better", "worse", "no_difference", "gate_failed", "not_compared"]
-    change_pct: float | None = Field(default=None, description="tuned vs baseline goodput, %")
+    outcome: VerdictOutcome
+    change_pct: float | None = Field(
+        default=None,
+        description="tuned vs baseline: SLO capacity when basis is slo_capacity, else SLO"
+        " goodput, %",
+    )
     band_pct: NonNeg | None = None
     text: str
     ci_low_pct: float | None = None
@@ -247,6 +314,19 @@ class Verdict(StrictModel):
     ci_method: str | None = None
     p_value: Annotated[float, Field(ge=0, le=1)] | None = None
     test: str | None = None
+    basis: Literal["slo_capacity", "goodput"] | None = Field(
+        default=None, description="What the verdict compares (absent: goodput, the seed's)"
+    )
+    mde_pct: NonNeg | None = Field(
+        default=None,
+        description="Minimum detectable effect: the smallest true change this comparison would"
+        " call better or worse 80 % of the time, %",
+    )
+    drift_pct: float | None = Field(
+        default=None,
+        description="Baseline repeat (role other) vs baseline SLO capacity, %: the interval is"
+        " widened by it",
+    )
 
 
 class ResultFile(StrictModel):
