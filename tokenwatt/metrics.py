@@ -1,12 +1,30 @@
 """Latency statistics, throughput, goodput, the client-bound rule and SLO pass (pure functions).
 
-Definitions are DESIGN.md's ("Request timings", "Failed request", "Probe", "SLO pass").
+**Request timings** (monotonic clock, nanoseconds). *t_send* is taken just before a request is
+written. **TTFT** (time to first token): the arrival of the first chunk that carries output
+text, minus t_send (a role-only chunk does not count). **TPOT** (time per output token):
+(t_last_token - t_first_token) / (output_tokens - 1), for answers of at least two tokens.
+**ITL** (inter-token latency): the gaps between successive content chunks. **E2E**: the last
+byte, minus t_send. Output tokens come from the server's ``usage`` (asked for with
+``stream_options.include_usage``); a server that sends none has them counted from chunks, and
+the figure is marked approximate.
+
+**Failed request**: an HTTP error, a connection error, a malformed stream, fewer output tokens
+than asked for with ``ignore_eos``, or no completion within ``request_timeout_s``. A failed
+request counts as +inf latency in every percentile, so errors can never make a probe look
+better.
+
+**SLO pass**: a probe passes when the p99 TTFT and the p99 TPOT of its window requests are
+within ``slo.ttft_p99_ms`` and ``slo.tpot_p99_ms``, and it is not client-bound (the load
+generator, not the server, was the limit: see "Probe").
+
+**SLO goodput** of a probe: output tokens of its successful window requests ÷ its window.
 
 Percentiles use one method everywhere: **nearest rank**. The p-th percentile of n values is the
 value of rank ``ceil(p / 100 * n)`` in ascending order (1-based), i.e. the smallest value with at
 least p % of the values at or below it. It always returns one of the measured values, never an
 interpolation, so it is well defined when some values are +inf: a failed request counts as +inf
-latency (DESIGN.md), and numpy's default linear interpolation would turn ``[1, 2, 3, inf]`` into
+latency, and numpy's default linear interpolation would turn ``[1, 2, 3, inf]`` into
 NaN at p99. Example: p50 of ``[1, 2, 3, 4]`` is 2 (linear interpolation would say 2.5); p99 of 100
 values is the 99th smallest, so one failure in 100 requests leaves p99 finite and two make it inf.
 

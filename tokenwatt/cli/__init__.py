@@ -16,14 +16,14 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from tokenwatt import __version__
-from tokenwatt.cli import demo, measure, report, schema, sim, suite, validate
+from tokenwatt.cli import demo, measure, plan, report, schema, sim, suite, validate
 from tokenwatt.errors import TokenwattError
 
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
 
-_SUBCOMMANDS = (measure, report, validate, schema, sim, suite, demo)
+_SUBCOMMANDS = (measure, report, validate, schema, sim, suite, plan, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,238 @@
+"""The SLO-capacity estimator and the verdict, measured against the simulator's ground truth.
+
+Every trial is a whole sweep of a spec run in virtual time (``tokenwatt.plan.run_trial``: the
+engine, probe protocol, record, capacity and verdict code of a real measurement, with no clock),
+each with its own workload seed. Three measurements, each printing a Markdown row for
+benchmarks/README.md:
+
+``accuracy``  N trials of ``--spec``: median |capacity - truth| / truth, the share of 95 %
+              intervals holding the truth, unbounded intervals, median probe-seconds.
+``compare``   N paired trials of ``--spec`` (baseline) and ``--spec-b`` (candidate) with the same
+              seeds (common random numbers, as a real comparison has): how often the verdict
+              says better / worse / no difference / inconclusive, how often its interval holds
+              the true change, the median MDE.
+``self``      N pairs of trials of ``--spec`` against itself with different seeds: how often it
+              is called better or worse (false alarms).
+
+The truth (``tokenwatt.plan.true_capacity``: bisection, 1,200 s windows, median p99 of 5 seeds)
+is computed once per spec and cached.
+
+    .venv/bin/python benchmarks/capacity_trials.py accuracy --spec specs/demo-sim.spec.yaml \\
+        --trials 20 --strategy bisect
+    .venv/bin/python benchmarks/capacity_trials.py compare --spec specs/demo-sim.spec.yaml \\
+        --spec-b specs/demo-sim-tuned.spec.yaml --trials 20 --strategy adaptive --budget 600
+    .venv/bin/python benchmarks/capacity_trials.py self --spec specs/demo-sim.spec.yaml --trials 20
+    # --sim-b 'bandwidth_efficiency=0.76': the candidate is the baseline spec with that change
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tokenwatt.compare import CapacityFigures, verdict_from_probes  # noqa: E402
+from tokenwatt.plan import PlanTrial, engine_config, run_trial, true_capacity  # noqa: E402
+from tokenwatt.schema.spec import SimSpec, Spec  # noqa: E402
+from tokenwatt.store import load_spec  # noqa: E402
+
+
+def configured(path: str, args: argparse.Namespace, sim_over: str | None = None) -> Spec:
+    spec = load_spec(Path(path))
+    sweep: dict[str, object] = {}
+    if args.strategy:
+        sweep["strategy"] = args.strategy
+    if args.budget is not None:
+        sweep["budget_s"] = args.budget
+    if args.precision is not None:
+        sweep["precision_pct"] = args.precision
+    if sweep:
+        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
+    if sim_over:
+        update = {}
+        for item in sim_over.split(","):
+            key, value = item.split("=")
+            update[key.strip()] = float(value)
+        sim = (spec.engine.sim or SimSpec()).model_copy(update=update)
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim": sim})})
+    return spec
+
+
+def truth_of(spec: Spec, path: str, trials: list[PlanTrial]) -> float:
+    estimates = [t.estimate.capacity_rps for t in trials if t.estimate.capacity_rps]
+    centre = statistics.median(estimates) if estimates else spec.sweep.start_rps
+    t0 = time.process_time()
+    truth = true_capacity(
+        spec, Path(path), engine_config(spec, Path(path)), bracket_rps=(centre * 0.9, centre * 1.1)
+    )
+    print(
+        f"truth {truth.true_capacity_rps:.4f} req/s ({len(truth.steps)} bisection steps,"
+        f" {time.process_time() - t0:.0f} s CPU or cached)",
+        file=sys.stderr,
+    )
+    return truth.true_capacity_rps
+
+
+def trials_of(spec: Spec, path: str, seeds: list[int], quick: bool) -> list[PlanTrial]:
+    config = engine_config(spec, Path(path))
+    out = []
+    for seed in seeds:
+        t0 = time.process_time()
+        trial = run_trial(spec, Path(path), config, seed=seed, quick=quick)
+        est = trial.estimate
+        ci = tuple(round(v, 3) for v in est.ci_rps) if est.ci_rps else "unbounded"
+        print(
+            f"  seed {seed}: {est.capacity_rps and round(est.capacity_rps, 3)} {ci}"
+            f" {len(trial.probes)} probes {trial.total_seconds:.0f} probe-s"
+            f" ({time.process_time() - t0:.1f} s CPU)",
+            file=sys.stderr,
+            flush=True,
+        )
+        out.append(trial)
+    return out
+
+
+def accuracy(args: argparse.Namespace) -> dict[str, object]:
+    spec = configured(args.spec, args)
+    trials = trials_of(spec, args.spec, list(range(args.seed, args.seed + args.trials)), args.quick)
+    truth = truth_of(spec, args.spec, trials)
+    errors = [
+        abs(t.estimate.capacity_rps - truth) / truth * 100
+        for t in trials
+        if t.estimate.capacity_rps is not None
+    ]
+    bounded = [t for t in trials if t.estimate.ci_rps is not None]
+    covered = sum(1 for t in bounded if t.estimate.ci_rps[0] <= truth <= t.estimate.ci_rps[1])
+    widths = [t.estimate.half_width_pct for t in bounded if t.estimate.half_width_pct is not None]
+    return {
+        "mode": "accuracy",
+        "spec": args.spec,
+        "strategy": spec.sweep.strategy,
+        "budget_s": spec.sweep.budget_s,
+        "quick": args.quick,
+        "trials": len(trials),
+        "truth_rps": truth,
+        "median_abs_error_pct": statistics.median(errors) if errors else None,
+        "coverage_bounded": covered / len(bounded) if bounded else None,
+        "coverage_all": (covered + len(trials) - len(bounded)) / len(trials),
+        "unbounded": len(trials) - len(bounded),
+        "median_half_width_pct": statistics.median(widths) if widths else None,
+        "median_probe_seconds": statistics.median(t.total_seconds for t in trials),
+        "median_probes": statistics.median(len(t.probes) for t in trials),
+    }
+
+
+def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec):
+    figures = []
+    for key, trial in (("baseline", a), ("tuned", b)):
+        figures.append(
+            (
+                CapacityFigures(
+                    key=key,
+                    label=key,
+                    capacity_rps=trial.estimate.capacity_rps,
+                    binding_slo=trial.estimate.binding_slo,
+                ),
+                trial.probes,
+            )
+        )
+    return verdict_from_probes(figures, spec.slo, max_drop_pts=None)
+
+
+def compare(args: argparse.Namespace) -> dict[str, object]:
+    spec_a = configured(args.spec, args)
+    spec_b = configured(args.spec_b or args.spec, args, args.sim_b)
+    seeds = list(range(args.seed, args.seed + args.trials))
+    a = trials_of(spec_a, args.spec, seeds, args.quick)
+    b = trials_of(spec_b, args.spec_b or args.spec, seeds, args.quick)
+    truth_a = truth_of(spec_a, args.spec, a)
+    truth_b = truth_of(spec_b, args.spec_b or args.spec, b)
+    true_change = (truth_b / truth_a - 1) * 100
+    outcomes: Counter[str] = Counter()
+    covered = bounded = 0
+    mdes: list[float] = []
+    changes: list[float] = []
+    for ta, tb in zip(a, b, strict=True):
+        v = _verdict(ta, tb, spec_a)
+        outcomes[v.outcome] += 1
+        if v.change_pct is not None:
+            changes.append(v.change_pct)
+        if v.mde_pct is not None:
+            mdes.append(v.mde_pct)
+        if v.ci_low_pct is not None and v.ci_high_pct is not None:
+            bounded += 1
+            covered += v.ci_low_pct <= true_change <= v.ci_high_pct
+    return {
+        "mode": "compare",
+        "spec": args.spec,
+        "spec_b": args.spec_b,
+        "sim_b": args.sim_b,
+        "strategy": spec_a.sweep.strategy,
+        "budget_s": spec_a.sweep.budget_s,
+        "quick": args.quick,
+        "trials": len(a),
+        "truth_a_rps": truth_a,
+        "truth_b_rps": truth_b,
+        "true_change_pct": true_change,
+        "outcomes": dict(outcomes),
+        "median_change_pct": statistics.median(changes) if changes else None,
+        "coverage_bounded": covered / bounded if bounded else None,
+        "coverage_all": (covered + len(a) - bounded) / len(a),
+        "median_mde_pct": statistics.median(mdes) if mdes else None,
+        "median_probe_seconds": statistics.median([t.total_seconds for t in a + b]),
+    }
+
+
+def self_compare(args: argparse.Namespace) -> dict[str, object]:
+    spec = configured(args.spec, args)
+    seeds = list(range(args.seed, args.seed + 2 * args.trials))
+    trials = trials_of(spec, args.spec, seeds, args.quick)
+    outcomes: Counter[str] = Counter()
+    for ta, tb in zip(trials[0::2], trials[1::2], strict=True):
+        outcomes[_verdict(ta, tb, spec).outcome] += 1
+    called = outcomes["better"] + outcomes["worse"]
+    return {
+        "mode": "self",
+        "spec": args.spec,
+        "strategy": spec.sweep.strategy,
+        "budget_s": spec.sweep.budget_s,
+        "quick": args.quick,
+        "pairs": args.trials,
+        "outcomes": dict(outcomes),
+        "called_different": called,
+        "false_alarm_rate": called / args.trials,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["accuracy", "compare", "self"])
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--spec-b", help="compare: the candidate's spec (default: --spec)")
+    ap.add_argument("--sim-b", help="compare: engine.sim changes for the candidate, k=v,...")
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=100, help="first workload seed")
+    ap.add_argument("--strategy", choices=["bisect", "adaptive"])
+    ap.add_argument("--budget", type=float, help="sweep.budget_s (adaptive)")
+    ap.add_argument("--precision", type=float, help="sweep.precision_pct (adaptive)")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    runner = {"accuracy": accuracy, "compare": compare, "self": self_compare}[args.mode]
+    result = runner(args)
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(
+        json.dumps(result, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,447 @@
+"""``tokenwatt plan``: a spec's sweep in virtual time, before any GPU is rented.
+
+The spec's sweep (its strategy, durations, budget) runs against the embedded engine in virtual
+time (:mod:`tokenwatt.sim.virtual`: the same probe protocol, the same engine, the same record and
+capacity code as a measurement), once per *trial*, each trial with its own workload seed. What
+comes out is what a rental would buy: the SLO capacity and its interval, the probes and their
+probe-seconds (GPU time), and the *minimum detectable effect* of comparing two configurations
+measured this way. With the engine's ground truth (:func:`true_capacity`) it also says how far
+the estimates fall from the truth and how often their intervals hold it: the same code measures
+the estimator for ``benchmarks/README.md``.
+
+**Ground truth** (methodology, "SLO capacity"): the steady-state capacity, found by bisection
+on the rate, each rate judged by the median over ``seeds`` workload seeds of the p99 TTFT and
+TPOT of one ``window_s`` window after ``warmup_s`` (defaults: 1,200 s windows, 5 seeds, bisected
+to 0.2 %). It costs minutes of CPU, so it is cached (under ``~/.cache/tokenwatt/truth`` or
+``$TOKENWATT_CACHE``) keyed by what decides it: the engine, model, workload, SLO and those
+settings.
+
+**Minimum detectable effect.** Trials are paired (trial 2i against trial 2i + 1: the same
+configuration, other seeds) and compared with the verdict's own joint fit
+(:func:`tokenwatt.capacity.relative_capacity`). Each pair's MDE is
+(t(0.975) + t(0.80)) x the standard error of the log ratio; the summary gives the median, and
+how often a configuration was called better or worse than itself (should be 5 % or less).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field
+from scipy import stats as scipy_stats
+
+from tokenwatt.capacity import CapacityEstimate, estimate_capacity, relative_capacity
+from tokenwatt.errors import InputError
+from tokenwatt.figures import search_phases
+from tokenwatt.load.workload import build_workload
+from tokenwatt.schema.base import StrictModel
+from tokenwatt.schema.run import ProbeRecord
+from tokenwatt.schema.spec import Spec, SweepStrategy
+from tokenwatt.sim.engine import EngineConfig
+from tokenwatt.sim.launch import settings_from_spec
+from tokenwatt.sim.virtual import VirtualServer
+from tokenwatt.sweep import SweepResult, make_strategy
+
+__all__ = [
+    "PlanSummary",
+    "PlanTrial",
+    "TruthResult",
+    "engine_config",
+    "plan",
+    "run_trial",
+    "true_capacity",
+    "with_seed",
+]
+
+logger = logging.getLogger(__name__)
+
+TRUTH_WINDOW_S = 1200.0
+TRUTH_WARMUP_S = 60.0
+TRUTH_SEEDS = 5
+TRUTH_TOLERANCE = 0.002
+_TRUTH_SEED_BASE = 7000
+_TRUTH_VERSION = 1
+
+
+def engine_config(spec: Spec, spec_path: Path) -> EngineConfig:
+    """The simulated engine a spec describes (``engine.sim``, its model and parallelism).
+
+    Raises:
+        InputError: the spec names no simulated engine (``engine.endpoint: sim`` or an
+            ``engine.sim`` section), or one that cannot hold the model.
+    """
+    if spec.engine.endpoint != "sim" and spec.engine.sim is None:
+        raise InputError(
+            f"{spec_path}: engine.sim is not set: tokenwatt plan needs to know which GPU and"
+            " engine settings to simulate (add an engine.sim section, e.g. gpu: h100-sxm)"
+        )
+    return settings_from_spec(spec, spec_path).build()
+
+
+def with_seed(spec: Spec, seed: int) -> Spec:
+    """The spec with another workload seed."""
+    return spec.model_copy(update={"workload": spec.workload.model_copy(update={"seed": seed})})
+
+
+@dataclass(frozen=True)
+class PlanTrial:
+    """One virtual run of the spec's sweep."""
+
+    seed: int
+    probes: list[ProbeRecord]
+    probe_seconds: list[float]
+    result: SweepResult
+    estimate: CapacityEstimate
+
+    @property
+    def total_seconds(self) -> float:
+        """Probe-seconds of the whole sweep."""
+        return math.fsum(self.probe_seconds)
+
+    @property
+    def search_seconds(self) -> float:
+        """Probe-seconds spent searching (not confirming)."""
+        return math.fsum(
+            s
+            for s, p in zip(self.probe_seconds, self.probes, strict=True)
+            if p.phase in search_phases
+        )
+
+
+def run_trial(
+    spec: Spec, spec_path: Path, config: EngineConfig, *, seed: int, quick: bool = False
+) -> PlanTrial:
+    """Run the spec's sweep once in virtual time, with workload seed ``seed``."""
+    from tokenwatt.measure import effective_settings  # measure imports the load generator
+
+    seeded = with_seed(spec, seed)
+    measurement, sweep, _ = effective_settings(seeded, quick=quick)
+    workload = build_workload(seeded, spec_path=spec_path, context_tokens=config.max_model_len)
+    server = VirtualServer(
+        config,
+        workload,
+        request_timeout_s=float(measurement.request_timeout_s),
+        ignore_eos=spec.engine.ignore_eos,
+    )
+    strategy = make_strategy(sweep, measurement, spec.slo)
+    probes: list[ProbeRecord] = []
+    seconds: list[float] = []
+    while (p := strategy.next()) is not None:
+        probe = server.probe(
+            index=len(probes),
+            phase=p.phase,
+            rate_rps=p.rate_rps,
+            warmup_s=p.warmup_s,
+            window_s=p.window_s,
+            slo=spec.slo,
+            attempt=p.attempt,
+            repeat=p.repeat,
+            early_stop=p.early_stop,
+            certify_pass=p.certify_pass,
+        )
+        probes.append(probe.record)
+        seconds.append(probe.seconds)
+        strategy.observe(probe.record, probe.seconds)
+    return PlanTrial(
+        seed=seed,
+        probes=probes,
+        probe_seconds=seconds,
+        result=strategy.result,
+        estimate=estimate_capacity(probes, spec.slo),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Ground truth
+
+
+class TruthStep(StrictModel):
+    """One rate of the truth's bisection."""
+
+    rate_rps: float
+    ttft_p99_ms: float = Field(description="Median over the seeds of one window's p99")
+    tpot_p99_ms: float
+    passed: bool
+
+
+class TruthResult(StrictModel):
+    """The engine's steady-state SLO capacity (see the module docstring)."""
+
+    true_capacity_rps: float
+    window_s: float
+    warmup_s: float
+    seeds: int
+    tolerance: float
+    steps: list[TruthStep]
+    key: str
+
+
+def _truth_key(
+    spec: Spec, config: EngineConfig, window_s: float, warmup_s: float, seeds: int
+) -> str:
+    decided_by = {
+        "version": _TRUTH_VERSION,
+        "engine": config.describe(),
+        "geometry": config.geometry.describe(),
+        "sim": spec.engine.sim.model_dump(mode="json") if spec.engine.sim else None,
+        "ignore_eos": spec.engine.ignore_eos,
+        "workload": spec.workload.model_dump(mode="json", exclude={"seed"}),
+        "slo": spec.slo.model_dump(mode="json"),
+        "timeout": spec.measurement.request_timeout_s,
+        "window": window_s,
+        "warmup": warmup_s,
+        "seeds": seeds,
+    }
+    return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TOKENWATT_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "tokenwatt"
+
+
+def true_capacity(
+    spec: Spec,
+    spec_path: Path,
+    config: EngineConfig,
+    *,
+    bracket_rps: tuple[float, float],
+    window_s: float = TRUTH_WINDOW_S,
+    warmup_s: float = TRUTH_WARMUP_S,
+    seeds: int = TRUTH_SEEDS,
+    tolerance: float = TRUTH_TOLERANCE,
+    cache: bool = True,
+    progress: Callable[[TruthStep], None] | None = None,
+) -> TruthResult:
+    """The engine's steady-state SLO capacity by bisection (see the module docstring).
+
+    ``bracket_rps`` is where to start; it is widened until its low end passes and its high end
+    fails.
+    """
+    key = _truth_key(spec, config, window_s, warmup_s, seeds)
+    path = _cache_dir() / "truth" / f"{key}.json"
+    if cache and path.is_file():
+        try:
+            return TruthResult.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            logger.warning("ignoring an unreadable truth cache file %s", path)
+    steps: list[TruthStep] = []
+
+    def judge(rate: float) -> bool:
+        ttft: list[float] = []
+        tpot: list[float] = []
+        for s in range(seeds):
+            seeded = with_seed(spec, _TRUTH_SEED_BASE + s)
+            workload = build_workload(
+                seeded, spec_path=spec_path, context_tokens=config.max_model_len
+            )
+            server = VirtualServer(
+                config,
+                workload,
+                request_timeout_s=float(spec.measurement.request_timeout_s),
+                ignore_eos=spec.engine.ignore_eos,
+            )
+            record = server.probe(
+                index=0,
+                phase="search",
+                rate_rps=rate,
+                warmup_s=warmup_s,
+                window_s=window_s,
+                slo=spec.slo,
+            ).record
+            ttft.append(math.inf if record.ttft_ms.p99 is None else record.ttft_ms.p99)
+            tpot.append(math.inf if record.tpot_ms.p99 is None else record.tpot_ms.p99)
+        step = TruthStep(
+            rate_rps=rate,
+            ttft_p99_ms=statistics.median(ttft),
+            tpot_p99_ms=statistics.median(tpot),
+            passed=statistics.median(ttft) <= spec.slo.ttft_p99_ms
+            and statistics.median(tpot) <= spec.slo.tpot_p99_ms,
+        )
+        steps.append(step)
+        logger.info(
+            "truth: %.4f req/s: median p99 TTFT %.1f ms, TPOT %.2f ms: %s",
+            rate,
+            step.ttft_p99_ms,
+            step.tpot_p99_ms,
+            "pass" if step.passed else "fail",
+        )
+        if progress is not None:
+            progress(step)
+        return step.passed
+
+    lo, hi = bracket_rps
+    while not judge(lo):
+        hi, lo = lo, lo / 1.25
+    while judge(hi):
+        lo, hi = hi, hi * 1.25
+    while hi / lo - 1.0 > tolerance:
+        mid = math.sqrt(lo * hi)
+        if judge(mid):
+            lo = mid
+        else:
+            hi = mid
+    result = TruthResult(
+        true_capacity_rps=math.sqrt(lo * hi),
+        window_s=window_s,
+        warmup_s=warmup_s,
+        seeds=seeds,
+        tolerance=tolerance,
+        steps=steps,
+        key=key,
+    )
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(result.model_dump_json(indent=1), encoding="utf-8")
+        tmp.replace(path)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary
+
+
+class PlanSummary(StrictModel):
+    """What ``tokenwatt plan --json`` prints: medians over the trials, and each trial."""
+
+    spec: str
+    strategy: SweepStrategy | str
+    trials: int
+    quick: bool
+    true_capacity_rps: float | None = Field(description="The engine's steady-state capacity")
+    capacity_rps: float | None = Field(description="Median estimate")
+    capacity_ci_rps: list[float] | None = Field(
+        description="Median [low, high] of the trials' 95 % intervals (bounded ones)"
+    )
+    unbounded_intervals: int = Field(description="Trials whose interval was unbounded")
+    probe_seconds: float = Field(description="Median probe-seconds (GPU time) of a sweep")
+    search_probe_seconds: float
+    probes: float = Field(description="Median probes per sweep")
+    mde_pct: float | None = Field(
+        description="Median minimum detectable effect of a comparison of two such runs, %"
+    )
+    self_called_different: int | None = Field(
+        default=None, description="Pairs of trials of this one config called better or worse"
+    )
+    pairs: int = 0
+    median_abs_error_pct: float | None = Field(
+        default=None, description="Median |estimate - truth| / truth, %"
+    )
+    coverage: float | None = Field(
+        default=None, description="Share of trials whose interval holds the truth"
+    )
+    per_trial: list[dict[str, float | int | str | None]] = Field(default_factory=list)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def plan(
+    spec: Spec,
+    spec_path: Path,
+    *,
+    trials: int,
+    strategy: SweepStrategy | None = None,
+    quick: bool = False,
+    truth: bool = True,
+    progress: Callable[[PlanTrial], None] | None = None,
+    truth_progress: Callable[[TruthStep], None] | None = None,
+) -> PlanSummary:
+    """Run ``trials`` virtual sweeps of a spec and summarise them (see the module docstring)."""
+    if trials < 1:
+        raise InputError("--trials must be at least 1")
+    if strategy is not None:
+        spec = spec.model_copy(
+            update={"sweep": spec.sweep.model_copy(update={"strategy": strategy})}
+        )
+    config = engine_config(spec, spec_path)
+    runs: list[PlanTrial] = []
+    for t in range(trials):
+        trial = run_trial(spec, spec_path, config, seed=spec.workload.seed + t, quick=quick)
+        runs.append(trial)
+        if progress is not None:
+            progress(trial)
+    estimates = [r.estimate.capacity_rps for r in runs if r.estimate.capacity_rps is not None]
+    bounded = [r.estimate.ci_rps for r in runs if r.estimate.ci_rps is not None]
+    truth_rps: float | None = None
+    if truth and estimates:
+        centre = statistics.median(estimates)
+        truth_rps = true_capacity(
+            spec,
+            spec_path,
+            config,
+            bracket_rps=(centre * 0.9, centre * 1.1),
+            progress=truth_progress,
+        ).true_capacity_rps
+    mdes: list[float] = []
+    different = 0
+    pairs = 0
+    for a, b in zip(runs[0::2], runs[1::2], strict=False):
+        rel = relative_capacity(
+            [a.probes, b.probes],
+            spec.slo,
+            binding=a.estimate.binding_slo or "tpot",
+            centres_rps=[a.estimate.capacity_rps, b.estimate.capacity_rps],
+        )
+        pairs += 1
+        if rel is None:
+            continue
+        se = rel.log_se[1]
+        if se is not None:
+            z = float(scipy_stats.t.ppf(0.975, rel.dof) + scipy_stats.t.ppf(0.80, rel.dof))
+            mdes.append((math.exp(z * se) - 1.0) * 100.0)
+        ci = rel.ci[1]
+        if ci is not None and (ci[0] > 0 or ci[1] < 0):
+            different += 1
+    errors: list[float] = []
+    covered = 0
+    if truth_rps is not None:
+        for r in runs:
+            est = r.estimate
+            if est.capacity_rps is not None:
+                errors.append(abs(est.capacity_rps - truth_rps) / truth_rps * 100.0)
+            if est.ci_rps is None or est.ci_rps[0] <= truth_rps <= est.ci_rps[1]:
+                covered += 1
+    lows = [ci[0] for ci in bounded]
+    highs = [ci[1] for ci in bounded]
+    return PlanSummary(
+        spec=str(spec_path),
+        strategy="rates" if spec.sweep.rates is not None else spec.sweep.strategy,
+        trials=trials,
+        quick=quick,
+        true_capacity_rps=truth_rps,
+        capacity_rps=_median(estimates),
+        capacity_ci_rps=[statistics.median(lows), statistics.median(highs)] if bounded else None,
+        unbounded_intervals=sum(1 for r in runs if r.estimate.ci_rps is None),
+        probe_seconds=statistics.median(r.total_seconds for r in runs),
+        search_probe_seconds=statistics.median(r.search_seconds for r in runs),
+        probes=statistics.median(len(r.probes) for r in runs),
+        mde_pct=_median(mdes),
+        self_called_different=different if pairs else None,
+        pairs=pairs,
+        median_abs_error_pct=_median(errors),
+        coverage=covered / len(runs) if truth_rps is not None else None,
+        per_trial=[
+            {
+                "seed": r.seed,
+                "capacity_rps": r.estimate.capacity_rps,
+                "ci_low_rps": r.estimate.ci_rps[0] if r.estimate.ci_rps else None,
+                "ci_high_rps": r.estimate.ci_rps[1] if r.estimate.ci_rps else None,
+                "binding_slo": r.estimate.binding_slo,
+                "confirmed_rate_rps": r.result.confirmed_rate_rps,
+                "probes": len(r.probes),
+                "probe_seconds": r.total_seconds,
+            }
+            for r in runs
+        ],
+    )
