@@ -307,22 +307,28 @@ def fit_constraint(
     probe next, never for a reported figure.
     """
     low, high = _bracket(counts)
-    if low is None:
-        return ConstraintFit(slo, None, None, "below_all", upper_bound_rps=high)
-    if high is None:
-        return ConstraintFit(slo, None, None, "above_all", lower_bound_rps=low)
-    # Without a fit, the bracket's geometric middle; no interval: the bracket comes from each
-    # probe's own verdict, which short windows bias towards passing (module docstring).
+    passed = [c.rate_rps for c in counts if c.passed]
+    failed = [c.rate_rps for c in counts if not c.passed]
+    if not passed:
+        return ConstraintFit(slo, None, None, "below_all", upper_bound_rps=min(failed))
+    if not failed:
+        return ConstraintFit(slo, None, None, "above_all", lower_bound_rps=max(passed))
+    # Noisy probes may interleave (a pass above a fail): the crossing is somewhere between the
+    # lowest fail and the highest pass, whichever comes first.
+    edges = sorted((min(failed), max(passed)))
+    middle = math.sqrt(edges[0] * edges[1])
+    # Without a fit, that middle; no interval: the probes' own verdicts are biased towards
+    # passing by short windows (module docstring), so they bracket nothing at 95 %.
     fallback = ConstraintFit(
         slo,
-        math.sqrt(low * high),
+        middle,
         None,
         "bracket",
         lower_bound_rps=low,
         upper_bound_rps=high,
     )
     usable = [c for c in counts if c.complete or include_incomplete]
-    centre = math.log(math.sqrt(low * high))
+    centre = math.log(middle)
     best: ConstraintFit | None = None
     for _ in range(5):
         # The model need only hold near the crossing: fit the probes around the current
@@ -349,6 +355,7 @@ def _fit(
     low: float | None,
     high: float | None,
 ) -> ConstraintFit | None:
+    """The logistic fit of the chosen probes, or None when it cannot be made."""
     m = len(chosen)
     rates = np.array([c.rate_rps for c in chosen])
     if m < MIN_PROBES or np.ptp(np.log(rates)) == 0:

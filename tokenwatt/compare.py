@@ -13,8 +13,11 @@ against itself is no evidence. Outcomes, from the widened interval:
 
 - ``gate_failed``: the candidate's accuracy dropped by more than ``max_drop_pts``;
 - ``better`` / ``worse``: the interval lies wholly above / below 0;
-- ``no_difference``: it lies within ± the minimum detectable effect;
-- ``inconclusive``: neither (or the probes do not bound it): the data cannot say.
+- ``no_difference``: it lies within ± the minimum detectable effect, and that effect is at most
+  :data:`NO_DIFFERENCE_MAX_MDE_PCT` (a comparison that cannot resolve a change of that size
+  cannot say there is none);
+- ``inconclusive``: none of these (or the probes do not bound the interval): the data cannot
+  say.
 
 The **minimum detectable effect** (MDE) is the smallest true change the comparison would call
 better or worse four times in five: (t(0.975) + t(0.80)) x the standard error of the log ratio,
@@ -60,6 +63,7 @@ from tokenwatt.schema.spec import SloSpec
 __all__ = [
     "FLEET_CARDS",
     "HOURS_PER_YEAR",
+    "NO_DIFFERENCE_MAX_MDE_PCT",
     "POWER",
     "CapacityFigures",
     "ConfigFigures",
@@ -78,6 +82,8 @@ CONFIDENCE = 0.95
 POWER = 0.80
 """The MDE is the true change detected with this probability."""
 MIN_REPEATS_FOR_CI = 3
+NO_DIFFERENCE_MAX_MDE_PCT = 10.0
+"""The coarsest resolution at which a comparison may conclude "no measurable difference"."""
 FLEET_CARDS = 64
 """Cards the fleet projection assumes unless told otherwise."""
 
@@ -393,7 +399,14 @@ def capacity_verdict(
     elif low is not None and high is not None and high < 0:
         outcome = "worse"
         text = f"{who}: {-change:.1f}% lower SLO capacity{caps}; {interval}{mde_text}."
-    elif low is not None and high is not None and mde is not None and -mde <= low and high <= mde:
+    elif (
+        low is not None
+        and high is not None
+        and mde is not None
+        and mde <= NO_DIFFERENCE_MAX_MDE_PCT
+        and -mde <= low
+        and high <= mde
+    ):
         outcome = "no_difference"
         text = (
             f"{who}: no measurable difference in SLO capacity ({change:+.1f}%{caps}); {interval},"

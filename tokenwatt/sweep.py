@@ -1,5 +1,20 @@
 """The rate sweep: grow, bisect, confirm, back off — as decisions over probe outcomes.
 
+Two strategies (``sweep.strategy``): ``bisect``, the seed's protocol, described here, and
+``adaptive`` (:mod:`tokenwatt.adaptive`, the next section), which places probes where they
+narrow the SLO-capacity interval most. Whichever placed them, the SLO capacity and its interval
+are estimated afterwards from every probe (:mod:`tokenwatt.capacity`).
+
+**Common random numbers.** Probe i of a run sends the workload's stream i: its arrival
+schedule (exponential or gamma gaps drawn for a unit rate, divided by the probe's rate) and its
+request lengths depend only on the workload seed and i. Every configuration of a comparison
+measured with the same spec seed therefore sees the same arrivals and lengths at the same rate,
+and time-scaled copies of them at other rates, so the comparison is between the configurations,
+not between two draws of the workload. Prompts differ between the probes of a run, so a prefix
+cache never serves one probe from another's prompts; they are the same for the same probe of
+another run, so restart the server (or turn its prefix cache off) between the runs of a
+comparison, as a change of kernels or settings does anyway.
+
 **Search.** Search probes use ``search_window_s``. From ``start_rps`` the rate is multiplied by
 ``growth`` until a probe fails or ``max_rps`` is reached (the last step is cut to ``max_rps``).
 Then the rate is bisected (arithmetic midpoint) between the last pass and the first fail

@@ -6,8 +6,11 @@ import math
 
 import pytest
 
+from tokenwatt.capacity import RelativeCapacity
 from tokenwatt.compare import (
+    CapacityFigures,
     ConfigFigures,
+    capacity_verdict,
     change_pct,
     confidence_interval,
     fleet_projection,
@@ -142,3 +145,91 @@ def test_a_change_smaller_than_the_sweep_resolution_says_so():
     assert "smaller than the sweep's resolution (12.5%" in v.text
     coarse_ok = verdict(configs, band_pct=2.0, max_drop_pts=None, resolution_pct=5.0)
     assert "resolution" not in coarse_ok.text
+
+
+# -- the verdict on SLO capacity ---------------------------------------------------------------
+
+
+
+def rel(log_ratio: float, half_width: float, *, se: float, other: float | None = None, dof=10):
+    ratios = [0.0, log_ratio] + ([other] if other is not None else [])
+    cis = [(0.0, 0.0), (log_ratio - half_width, log_ratio + half_width)]
+    ses = [0.0, se]
+    if other is not None:
+        cis.append((other - half_width, other + half_width))
+        ses.append(se)
+    return RelativeCapacity(
+        slo="tpot", log_ratio=ratios, ci=cis, log_se=ses, dof=dof, slope=0.3,
+        probes_used=[5] * len(ratios), residual_sd=0.02,
+    )  # fmt: skip
+
+
+def caps(delta: float | None = None):
+    return [
+        CapacityFigures("baseline", "base", 10.0, "tpot"),
+        CapacityFigures("tuned", "new", 11.0, "tpot", accuracy_delta_pts=delta),
+    ]
+
+
+ORDER = ["baseline", "tuned"]
+
+
+def test_capacity_verdict_better_worse_by_the_interval():
+    v = capacity_verdict(caps(), rel(0.10, 0.05, se=0.02), order=ORDER, max_drop_pts=None)
+    assert v.outcome == "better"
+    assert v.basis == "slo_capacity"
+    assert v.change_pct == pytest.approx((math.exp(0.10) - 1) * 100)
+    assert v.ci_low_pct == pytest.approx((math.exp(0.05) - 1) * 100)
+    assert v.ci_high_pct == pytest.approx((math.exp(0.15) - 1) * 100)
+    # MDE = (t(0.975, 10) + t(0.80, 10)) x se = (2.228139 + 0.879058) x 0.02 in ln
+    assert v.mde_pct == pytest.approx((math.exp(3.107197 * 0.02) - 1) * 100, rel=1e-5)
+    assert "higher SLO capacity" in v.text
+    v = capacity_verdict(caps(), rel(-0.10, 0.05, se=0.02), order=ORDER, max_drop_pts=None)
+    assert v.outcome == "worse"
+    assert "lower SLO capacity" in v.text
+
+
+def test_capacity_verdict_no_difference_needs_a_narrow_interval_and_a_fine_resolution():
+    v = capacity_verdict(caps(), rel(0.005, 0.02, se=0.009), order=ORDER, max_drop_pts=None)
+    assert v.mde_pct is not None
+    assert v.mde_pct < 10
+    assert v.outcome == "no_difference"
+    # The same shape with a coarse resolution (MDE over 10 %) is only inconclusive.
+    v = capacity_verdict(caps(), rel(0.005, 0.08, se=0.036), order=ORDER, max_drop_pts=None)
+    assert v.mde_pct is not None
+    assert v.mde_pct > 10
+    assert v.outcome == "inconclusive"
+
+
+def test_capacity_verdict_is_inconclusive_when_the_interval_is_wide_or_unbounded():
+    v = capacity_verdict(caps(), rel(0.05, 0.09, se=0.04), order=ORDER, max_drop_pts=None)
+    assert v.outcome == "inconclusive"
+    assert "cannot tell" in v.text
+    unbounded = rel(0.05, 0.09, se=0.04)
+    unbounded = RelativeCapacity(**{**unbounded.__dict__, "ci": [(0.0, 0.0), None]})
+    v = capacity_verdict(caps(), unbounded, order=ORDER, max_drop_pts=None)
+    assert v.outcome == "inconclusive"
+    assert v.ci_low_pct is None
+    assert "unbounded" in v.text
+    v = capacity_verdict(caps(), None, order=ORDER, max_drop_pts=None)
+    assert v.outcome == "inconclusive"
+
+
+def test_capacity_verdict_widens_the_interval_by_the_drift():
+    three = [*caps(), CapacityFigures("other", "base again", 10.3, "tpot")]
+    # Change +0.10 +- 0.05 is better alone; a 0.06 drift of the repeat widens it below 0.
+    v = capacity_verdict(
+        three, rel(0.10, 0.05, se=0.02, other=0.06), order=[*ORDER, "other"], max_drop_pts=None
+    )
+    assert v.drift_pct == pytest.approx((math.exp(0.06) - 1) * 100)
+    assert v.ci_low_pct == pytest.approx((math.exp(0.10 - 0.05 - 0.06) - 1) * 100)
+    assert v.outcome == "inconclusive"
+    assert "drift" in v.text
+
+
+def test_capacity_verdict_gate_and_missing_configs():
+    v = capacity_verdict(caps(delta=-3.0), rel(0.10, 0.05, se=0.02), order=ORDER, max_drop_pts=1.0)
+    assert v.outcome == "gate_failed"
+    assert "not an improvement" in v.text
+    v = capacity_verdict(caps()[:1], None, order=["baseline"], max_drop_pts=None)
+    assert v.outcome == "not_compared"
