@@ -13,6 +13,9 @@ benchmarks/README.md:
               the true change, the median MDE.
 ``self``      N pairs of trials of ``--spec`` against itself with different seeds: how often it
               is called better or worse (false alarms).
+``warmup``    the share of requests over the binding bound at one rate after each warm-up in
+              ``--warmups``, pooled over ``--trials`` seeds: whether the spec's warm-up reaches
+              steady state.
 
 The truth (``tokenwatt.plan.true_capacity``: bisection, 1,200 s windows, median p99 of 5 seeds)
 is computed once per spec and cached.
@@ -22,6 +25,8 @@ is computed once per spec and cached.
     .venv/bin/python benchmarks/capacity_trials.py compare --spec specs/demo-sim.spec.yaml \\
         --spec-b specs/demo-sim-tuned.spec.yaml --trials 20 --strategy adaptive --budget 600
     .venv/bin/python benchmarks/capacity_trials.py self --spec specs/demo-sim.spec.yaml --trials 20
+    .venv/bin/python benchmarks/capacity_trials.py warmup --spec specs/demo-sim.spec.yaml \
+        --rate 11 --warmups 10,30,60,120 --trials 40
     # --sim-b 'bandwidth_efficiency=0.76': the candidate is the baseline spec with that change
 """
 
@@ -212,9 +217,52 @@ def self_compare(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def warmup(args: argparse.Namespace) -> dict[str, object]:
+    from tokenwatt.capacity import exceedance
+    from tokenwatt.load.workload import build_workload
+    from tokenwatt.plan import with_seed
+    from tokenwatt.sim.virtual import VirtualServer
+
+    spec = configured(args.spec, args)
+    path = Path(args.spec)
+    config = engine_config(spec, path)
+    shares: dict[str, float] = {}
+    for warm in (float(w) for w in args.warmups.split(",")):
+        over = counted = 0
+        for s in range(args.trials):
+            seeded = with_seed(spec, args.seed + s)
+            workload = build_workload(seeded, spec_path=path, context_tokens=config.max_model_len)
+            server = VirtualServer(
+                config, workload, request_timeout_s=float(spec.measurement.request_timeout_s)
+            )
+            record = server.probe(
+                index=1,
+                phase="search",
+                rate_rps=args.rate,
+                warmup_s=warm,
+                window_s=float(spec.measurement.window_s),
+                slo=spec.slo,
+            ).record
+            assert record.requests is not None
+            for column, bound in (("tpot_ms", spec.slo.tpot_p99_ms),):
+                n, k = exceedance(record.requests, column, bound)
+                counted += n
+                over += k
+        shares[f"{warm:g}"] = over / counted * 100
+        print(f"  warm-up {warm:g} s: {over} of {counted} over the TPOT bound", file=sys.stderr)
+    return {
+        "mode": "warmup",
+        "spec": args.spec,
+        "rate_rps": args.rate,
+        "window_s": spec.measurement.window_s,
+        "seeds": args.trials,
+        "tpot_over_pct_by_warmup_s": shares,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["accuracy", "compare", "self"])
+    ap.add_argument("mode", choices=["accuracy", "compare", "self", "warmup"])
     ap.add_argument("--spec", required=True)
     ap.add_argument("--spec-b", help="compare: the candidate's spec (default: --spec)")
     ap.add_argument("--sim-b", help="compare: engine.sim changes for the candidate, k=v,...")
@@ -224,9 +272,16 @@ def main() -> None:
     ap.add_argument("--budget", type=float, help="sweep.budget_s (adaptive)")
     ap.add_argument("--precision", type=float, help="sweep.precision_pct (adaptive)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rate", type=float, default=11.0, help="warmup: the rate, req/s")
+    ap.add_argument("--warmups", default="10,30,60,120", help="warmup: warm-ups to compare, s")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    runner = {"accuracy": accuracy, "compare": compare, "self": self_compare}[args.mode]
+    runner = {
+        "accuracy": accuracy,
+        "compare": compare,
+        "self": self_compare,
+        "warmup": warmup,
+    }[args.mode]
     result = runner(args)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     print(

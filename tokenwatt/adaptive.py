@@ -18,8 +18,10 @@ there. Three phases:
    windows (``window_s``) and no early stop, since near the boundary every request counts. The
    sweep stops refining once the 95 % interval's half-width is within ``precision_pct`` of the
    estimate, or when ``budget_s`` (less a reserve for the confirmation) is spent, or after
-   :data:`MAX_REFINE` probes.
-3. **Confirm.** As the bisection protocol does (``repeats`` windows, backing off by
+   :data:`MAX_REFINE` probes. The budget counts every probe; a search that runs out of it
+   before bracketing the boundary confirms the highest rate that passed.
+3. **Confirm.** Always, even past the budget (the result's goodput is measured here). As the
+   bisection protocol does (``repeats`` windows, backing off by
    ``backoff`` after a failed repeat), at the lower end of the interval (the estimate itself
    when the interval is unbounded, backed off once): the rate the result's goodput is measured
    at should pass. Confirmation windows feed the estimate too.
@@ -174,6 +176,13 @@ class AdaptiveSweep:
         max_rps = float(self._sweep.max_rps)
         if st.lo is not None and st.hi is not None and st.lo < st.hi:
             self._start_refine()
+            return
+        if self._budget_left_s() < self._m.warmup_s + self._m.search_window_s:
+            # Out of budget before the boundary was bracketed: confirm what passed, if anything.
+            if st.lo is not None:
+                self._start_confirm(st.lo)
+            else:
+                self._finish_without_rate()
             return
         if not passed:
             if st.down_steps >= MAX_DOWN_STEPS:

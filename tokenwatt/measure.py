@@ -88,7 +88,7 @@ class QuickLimits:
     repeats: int = 1
     bisect_steps: int = 1
     min_growth: float = 1.5
-    budget_s: float = 120.0
+    budget_s: float = 90.0
     accuracy_limit: int = 10
 
 
