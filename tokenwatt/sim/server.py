@@ -558,9 +558,9 @@ async def serve(
     # binds itself: asyncio turns it off only on sockets whose proto is IPPROTO_TCP (a socket
     # made with proto 0 passes on 0 to the ones it accepts), and Linux copies the listener's
     # TCP_NODELAY to them. With Nagle on, a response's first token chunk waits in the kernel
-    # behind its unacknowledged head until the client's delayed ACK (20-40 ms). Fresh
-    # connections escape it (the kernel acknowledges their first segments at once); a request
-    # on a just-released keep-alive connection does not.
+    # until the client acknowledges the response head. A new connection's first segments are
+    # acknowledged at once (quick-ACK mode); a client that has just sent its next request on a
+    # kept-alive connection delays its ACK (interactive mode), and the chunk waits 20-40 ms.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
