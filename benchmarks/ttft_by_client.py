@@ -134,6 +134,9 @@ def measure(
             )
         )
         assert record.requests is not None
+        if record.client_bound:
+            # Its own verdict: the figures then measure the box as much as the server.
+            print(f"  tokenwatt: client-bound (p99 send lag {record.send_lag_p99_ms:.1f} ms)")
         return latency_stats(record.requests.ttft_ms)
     policy: Policy = client  # type: ignore[assignment]
     return latency_stats(
