@@ -12,13 +12,14 @@ Two checks, both on distributions measured in the same run:
 
 - Rank: the share of a keep-alive client's requests slower than the fresh client's p90. For
   one distribution it is about 11 % (the fresh p90 is itself an estimate), whatever the
-  distribution's shape, so it holds on a noisy box too; under the old Nagle stall it was 70-90 %.
+  distribution's shape, so it holds on a noisy box too; with the Nagle stall it was 55-62 % for
+  the LIFO client.
 - p90 within 3 ms (the issue's criterion), on the simulator only: its TTFT is narrow around the
-  p90 (one engine step is ~9 ms), so 100 requests give a p90 good to about 1 ms (the p90s of
-  the three clients were within 0.9 ms in every run). Real vLLM's CPU build on this shared
-  2-core box has a tail from CPU contention (p50 10-14 ms, p90 18-50 ms in the runs that wrote
-  this) in which the p90 of 100 requests moved by up to 5.6 ms between the three clients: a
-  3 ms bound there would test the box, not the server.
+  p90 (one engine step is ~9 ms), so 100 requests give a p90 good to about 1 ms (the keep-alive
+  clients' p90s were within 0.8 ms of the fresh client's in every run). Real vLLM's CPU build
+  on this shared 2-core box has a tail from CPU contention (p50 10-14 ms, p90 18-50 ms in the
+  runs that wrote this) in which the p90 of 100 requests moved by up to 5.6 ms between the
+  three clients: a 3 ms bound there would test the box, not the server.
 """
 
 from __future__ import annotations
