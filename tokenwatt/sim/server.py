@@ -553,8 +553,17 @@ async def serve(
     The listening socket is bound here (``port`` 0 = an ephemeral port); once the engine runs,
     the port is written as one line to ``ready_fd`` (if given) and passed to ``on_ready``.
     """
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Nagle's algorithm off on every connection, as on vLLM's (uvloop) and on any server asyncio
+    # binds itself: asyncio turns it off only on sockets whose proto is IPPROTO_TCP (a socket
+    # made with proto 0 passes on 0 to the ones it accepts), and Linux copies the listener's
+    # TCP_NODELAY to them. With Nagle on, a response's first token chunk waits in the kernel
+    # until the client acknowledges the response head. A new connection's first segments are
+    # acknowledged at once (quick-ACK mode); a client that has just sent its next request on a
+    # kept-alive connection delays its ACK (interactive mode), and the chunk waits 20-40 ms.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
