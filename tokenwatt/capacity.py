@@ -18,8 +18,8 @@ pool without bias.
 
 **The fit.** Each probe i gives n_i requests (failed ones count as over every bound, as +inf)
 and k_i of them over the bound. Across probes, q is modelled as logistic in the log of the rate,
-logit q(r) = a + b ln r with b > 0, fitted by maximum likelihood (iteratively reweighted least
-squares) to the probes near the crossing (within :data:`NEIGHBOURHOOD_LN` in ln r of it, at least
+logit q(r) = a + b ln r with b > 0, fitted by Firth's bias-reduced maximum likelihood to the
+probes near the crossing (within :data:`NEIGHBOURHOOD_LN` in ln r of it, at least
 :data:`MIN_PROBES` of them; the model need only hold locally). The episodes make the counts
 *overdispersed*: requests in one probe are not independent, so the binomial variance is too
 small by a factor phi, estimated from the probes' Pearson residuals (phi = chi^2 / (m - 2),
@@ -85,7 +85,8 @@ NEIGHBOURHOOD_LN = 0.35
 """Probes within this distance of the crossing in ln r (about ±22 %) enter the fit."""
 MIN_PROBES = 3
 """The fit needs at least this many probes (two parameters and one for the dispersion)."""
-_MAX_ITER = 100
+_MAX_ITER = 200
+_MAX_STEP = 5.0
 _EXTRAPOLATION = 1.05
 """A crossing more than this factor outside the fitted probes' rates is not reported."""
 _LOGIT_TARGET = math.log(TARGET_FRACTION / (1.0 - TARGET_FRACTION))
@@ -238,7 +239,14 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
 def _logistic_mle(
     x: np.ndarray, k: np.ndarray, n: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """(a, b), their covariance and the Pearson chi^2 of logit q = a + b x; None if it fails."""
+    """(a, b), their covariance and the Pearson chi^2 of logit q = a + b x; None if it fails.
+
+    Firth's bias-reduced estimate (Firth 1993, Biometrika 80:27): the score gains
+    h_i (1/2 - q_i) per probe, h the leverages of the weighted fit. With a handful of
+    overdispersed probes the plain maximum-likelihood slope comes out too steep (20 against 14
+    pooled over 30 demo trials), which puts the crossing too close to the probes above it;
+    the correction removes the leading term of that bias and always has a finite solution.
+    """
     design = np.column_stack([np.ones_like(x), x])
     pooled = (k.sum() + 0.5) / (n.sum() + 1.0)
     beta = np.array([math.log(pooled / (1.0 - pooled)), 0.0])
@@ -246,24 +254,26 @@ def _logistic_mle(
         eta = np.clip(design @ beta, -30.0, 30.0)
         q = 1.0 / (1.0 + np.exp(-eta))
         w = n * q * (1.0 - q) + 1e-12
-        z = eta + (k - n * q) / w
         info = (design.T * w) @ design
         try:
-            new = np.linalg.solve(info, (design.T * w) @ z)
+            inv = np.linalg.inv(info)
         except np.linalg.LinAlgError:
             return None
-        if not np.all(np.isfinite(new)):
+        leverage = w * np.einsum("ij,jk,ik->i", design, inv, design)
+        step = inv @ (design.T @ (k - n * q + leverage * (0.5 - q)))
+        largest = float(np.max(np.abs(step)))
+        if not math.isfinite(largest):
             return None
-        if np.max(np.abs(new - beta)) < 1e-10:
-            beta = new
+        if largest > _MAX_STEP:
+            step *= _MAX_STEP / largest  # damped: far from the solution the step overshoots
+        beta = beta + step
+        if largest < 1e-10:
             break
-        beta = new
     eta = np.clip(design @ beta, -30.0, 30.0)
     q = 1.0 / (1.0 + np.exp(-eta))
     w = n * q * (1.0 - q) + 1e-12
-    info = (design.T * w) @ design
     try:
-        cov = np.linalg.inv(info)
+        cov = np.linalg.inv((design.T * w) @ design)
     except np.linalg.LinAlgError:
         return None
     pearson = float((((k - n * q) ** 2) / w).sum())
