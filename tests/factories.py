@@ -326,3 +326,55 @@ def recomputed(run: RunFile) -> RunFile:
             ),
         }
     )
+
+
+def request_table(
+    tpot_ms: list[float | None],
+    *,
+    status: list[str] | None = None,
+    ttft_ms: float = 100.0,
+    send_lag_ms: float = 0.0,
+    output_tokens: int = 10,
+    window_s: float = 10.0,
+) -> Any:
+    """A probe's window requests: one per TPOT value, spread evenly over the window."""
+    from tokenwatt.schema.run import RequestTable
+
+    n = len(tpot_ms)
+    status = status or ["ok"] * n
+    return RequestTable(
+        t_sched_s=[i * window_s / max(n, 1) for i in range(n)],
+        send_lag_ms=[send_lag_ms] * n,
+        ttft_ms=[ttft_ms if s == "ok" else None for s in status],
+        tpot_ms=[v if s == "ok" else None for v, s in zip(tpot_ms, status, strict=True)],
+        e2e_ms=[1000.0 if s == "ok" else None for s in status],
+        input_tokens=[10] * n,
+        output_tokens=[output_tokens] * n,
+        status=status,
+    )
+
+
+def probe_with_requests(index: int, rate: float, table: Any, **kw: Any) -> ProbeRecord:
+    """A probe whose summary fields are computed from its request table (as measure does)."""
+    import numpy as np
+
+    from tokenwatt.metrics import nearest_rank, table_latency_stats
+
+    n = len(table.status)
+    ok = sum(1 for s in table.status if s == "ok")
+    tokens = sum(t for t, s in zip(table.output_tokens, table.status, strict=True) if s == "ok")
+    window_s = kw.pop("window_s", 10.0)
+    fields: dict[str, Any] = {
+        "window_s": window_s,
+        "window_requests": n,
+        "ok": ok,
+        "failed": n - ok,
+        "output_tokens": tokens,
+        "goodput_tok_s": tokens / window_s,
+        "requests": table,
+        "ttft_ms": table_latency_stats(table, "ttft_ms"),
+        "tpot_ms": table_latency_stats(table, "tpot_ms"),
+        "send_lag_p99_ms": nearest_rank(np.sort(np.asarray(table.send_lag_ms)), 99.0) if n else 0.0,
+    }
+    fields.update(kw)
+    return probe(index, rate=rate, **fields)

@@ -319,6 +319,8 @@ def fit_constraint(
     low, high = _bracket(counts)
     passed = [c.rate_rps for c in counts if c.passed]
     failed = [c.rate_rps for c in counts if not c.passed]
+    if not counts:
+        return ConstraintFit(slo, None, None, "above_all")  # no window requests: nothing known
     if not passed:
         return ConstraintFit(slo, None, None, "below_all", upper_bound_rps=min(failed))
     if not failed:

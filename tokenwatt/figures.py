@@ -21,12 +21,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from tokenwatt import energy
 from tokenwatt.capacity import CapacityEstimate, estimate_capacity
 from tokenwatt.errors import ResultError
-from tokenwatt.metrics import TableColumn, pooled_latency_stats, slo_pass
+from tokenwatt.metrics import (
+    TableColumn,
+    client_bound_reasons,
+    nearest_rank,
+    pooled_latency_stats,
+    slo_pass,
+)
 from tokenwatt.schema.result import PowerTraceSummary
 from tokenwatt.schema.run import ProbeRecord, RunFile
+from tokenwatt.schema.spec import FixedTokens, LognormalTokens, UniformTokens
 
 __all__ = [
     "GOODPUT_TOLERANCE",
@@ -115,6 +124,51 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=GOODPUT_TOLERANCE, abs_tol=1e-9)
 
 
+def _max_output_tokens(run: RunFile) -> int | None:
+    """The most output tokens the spec's workload can ask one request for (None: unbounded)."""
+    dist = run.spec.workload.output_tokens
+    if isinstance(dist, int):
+        return dist
+    if isinstance(dist, FixedTokens):
+        return dist.value
+    if isinstance(dist, UniformTokens):
+        return dist.max
+    if isinstance(dist, LognormalTokens):
+        return dist.max
+    return None  # from a trace, or chat-mix-v1's unbounded tail: bounded by the context only
+
+
+def _check_client_bound(where: str, probe: ProbeRecord) -> None:
+    """A probe's client-bound verdict must follow from its requests' send lags and rates."""
+    table = probe.requests
+    if table is None or probe.early_stop is not None or not table.status:
+        return
+    lags = np.sort(np.asarray(table.send_lag_ms, dtype=np.float64))
+    lag_p99 = nearest_rank(lags, 99.0)
+    if not math.isclose(lag_p99, probe.send_lag_p99_ms, rel_tol=1e-6, abs_tol=1e-6):
+        raise ResultError(
+            f"{where}.send_lag_p99_ms is {probe.send_lag_p99_ms}, but its window requests' send"
+            f" lags give {lag_p99}; the run file is inconsistent"
+        )
+    n = len(table.status)
+    last_send_s = max(
+        t + lag / 1000.0 for t, lag in zip(table.t_sched_s, table.send_lag_ms, strict=True)
+    )
+    achieved = n / max(probe.window_s, last_send_s)
+    reasons = client_bound_reasons(
+        offered_rate_rps=n / probe.window_s,
+        achieved_rate_rps=achieved,
+        send_lag_p99_ms=lag_p99,
+        slot_waits=1 if probe.slot_wait_s > 0 else 0,
+        client_errors=sum(1 for s in table.status if s == "client_error"),
+    )
+    if bool(reasons) and not probe.client_bound:
+        raise ResultError(
+            f"{where}.client_bound is false, but its window requests say the load generator"
+            f" was the limit ({'; '.join(reasons)}); the run file is inconsistent"
+        )
+
+
 def _check_probe(path: str, run: RunFile, probe: ProbeRecord) -> None:
     """A probe's summary fields must be what its window requests say."""
     where = f"{path}: probes[{probe.index}]"
@@ -133,12 +187,20 @@ def _check_probe(path: str, run: RunFile, probe: ProbeRecord) -> None:
             f"{where}.output_tokens is {probe.output_tokens}, but its successful requests"
             f" carry {ok_tokens}; the run file is inconsistent"
         )
+    most = _max_output_tokens(run)
+    if most is not None and max(table.output_tokens, default=0) > most:
+        raise ResultError(
+            f"{where}: a window request carries {max(table.output_tokens)} output tokens, more"
+            f" than the spec's workload asks any request for ({most}); the run file is"
+            " inconsistent"
+        )
     ok = sum(1 for s in table.status if s == "ok")
     if ok != probe.ok or len(table.status) != probe.window_requests:
         raise ResultError(
             f"{where}: ok {probe.ok} of window_requests {probe.window_requests}, but its request"
             f" table holds {ok} successful of {len(table.status)}; the run file is inconsistent"
         )
+    _check_client_bound(where, probe)
     if probe.early_stop is None:
         # The verdict is recomputed from the requests, never taken from the file.
         passed = slo_pass(
@@ -203,6 +265,11 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
     Raises:
         ResultError: a summary field of the file disagrees with its evidence (named).
     """
+    if run.spec.engine.endpoint == "sim" and not run.simulated:
+        raise ResultError(
+            f"{path}: simulated is false, but the spec's engine.endpoint is 'sim': a run made"
+            " against the simulator is always marked simulated"
+        )
     for probe in run.probes:
         _check_probe(path, run, probe)
     strategy: Literal["bisect", "adaptive", "rates"] = (

@@ -23,34 +23,11 @@ LOGIT_01 = math.log(0.01 / 0.99)
 
 
 def table(tpot: list[float | None], *, status: list[str] | None = None, ttft: float = 100.0):
-    n = len(tpot)
-    status = status or ["ok"] * n
-    return RequestTable(
-        t_sched_s=[i * 0.1 for i in range(n)],
-        send_lag_ms=[0.0] * n,
-        ttft_ms=[ttft if s == "ok" else None for s in status],
-        tpot_ms=[v if s == "ok" else None for v, s in zip(tpot, status, strict=True)],
-        e2e_ms=[1000.0 if s == "ok" else None for s in status],
-        input_tokens=[10] * n,
-        output_tokens=[10] * n,
-        status=status,
-    )
+    return factories.request_table(tpot, status=status, ttft_ms=ttft)
 
 
 def probe_with(index: int, rate: float, tab: RequestTable, **kw):
-    n = len(tab.status)
-    ok = sum(1 for s in tab.status if s == "ok")
-    return factories.probe(
-        index,
-        rate=rate,
-        window_requests=n,
-        ok=ok,
-        failed=n - ok,
-        output_tokens=10 * ok,
-        goodput_tok_s=10 * ok / 10.0,
-        requests=tab,
-        **kw,
-    )
+    return factories.probe_with_requests(index, rate, tab, **kw)
 
 
 def test_counts_follow_the_nearest_rank_rule():

@@ -150,7 +150,6 @@ def test_a_change_smaller_than_the_sweep_resolution_says_so():
 # -- the verdict on SLO capacity ---------------------------------------------------------------
 
 
-
 def rel(log_ratio: float, half_width: float, *, se: float, other: float | None = None, dof=10):
     ratios = [0.0, log_ratio] + ([other] if other is not None else [])
     cis = [(0.0, 0.0), (log_ratio - half_width, log_ratio + half_width)]

@@ -266,3 +266,89 @@ def test_goodput_counted_from_chunks_is_carried_as_approximate():
     counts = [c.approximate_output_requests for c in result.configs]
     assert counts[0] == 2 * len(first.outcome.confirm_probes)
     assert counts[1:] == [0] * (len(counts) - 1)
+
+
+# -- a run file's summary fields are checked against its evidence ------------------------------
+
+
+def _evidence_run(**probe_kw):
+    """A run whose probe keeps its window requests (TPOT 30 ms, the SLO's bound 50 ms)."""
+    table = factories.request_table([30.0] * 200, **probe_kw.pop("table", {}))
+    probe = factories.probe_with_requests(0, 20.0, table, phase="confirm", repeat=0, **probe_kw)
+    outcome = factories.run().outcome.model_copy(
+        update={
+            "confirmed_rate_rps": 20.0,
+            "confirm_probes": [0],
+            "goodput_tok_s": probe.goodput_tok_s,
+            "repeat_goodputs_tok_s": [probe.goodput_tok_s],
+        }
+    )
+    return factories.run(probes=[probe], outcome=outcome)
+
+
+def _report(run):
+    from tokenwatt.figures import figures_of
+
+    return figures_of(run, path="runs/x.json")
+
+
+def test_a_consistent_evidence_run_reports():
+    figures = _report(_evidence_run(slo_pass=True))
+    assert figures.outcome.slo_pass_count == 1
+    assert figures.capacity.fits["tpot"].method == "above_all"
+
+
+def test_a_probe_marked_passing_against_its_requests_is_refused():
+    run = _evidence_run(slo_pass=True)
+    # Every request over the 50 ms TPOT bound, yet the probe claims to pass.
+    bad = factories.probe_with_requests(
+        0, 20.0, factories.request_table([60.0] * 200), phase="confirm", repeat=0, slo_pass=True
+    )
+    run = run.model_copy(update={"probes": [bad]})
+    with pytest.raises(ResultError, match=r"probes\[0\]\.slo_pass is True"):
+        _report(run)
+
+
+def test_a_probe_whose_send_lags_say_client_bound_is_refused_when_it_says_not():
+    run = _evidence_run(slo_pass=True, table={"send_lag_ms": 25.0})
+    with pytest.raises(ResultError, match="client_bound is false.*p99 send lag 25.00 ms"):
+        _report(run)
+
+
+def test_send_lag_summary_must_match_the_requests():
+    run = _evidence_run(slo_pass=True)
+    forged = run.probes[0].model_copy(update={"send_lag_p99_ms": 0.01, "client_bound": False})
+    table = factories.request_table([30.0] * 200, send_lag_ms=3.0)
+    forged = forged.model_copy(update={"requests": table})
+    run = run.model_copy(update={"probes": [forged]})
+    with pytest.raises(ResultError, match="send_lag_p99_ms is 0.01, but"):
+        _report(run)
+
+
+def test_a_sim_run_that_says_it_is_real_is_refused():
+    run = _evidence_run(slo_pass=True)
+    spec = run.spec.model_copy(
+        update={"engine": run.spec.engine.model_copy(update={"endpoint": "sim"})}
+    )
+    run = run.model_copy(update={"spec": spec, "simulated": False})
+    with pytest.raises(ResultError, match="simulated is false, but the spec's engine.endpoint"):
+        _report(run)
+
+
+def test_more_output_tokens_than_the_workload_asks_for_is_refused():
+    spec = factories.spec(
+        workload={"trace": "chat-mix-v1", "input_tokens": 64, "output_tokens": 16}
+    )
+    run = _evidence_run(slo_pass=True, table={"output_tokens": 5000}).model_copy(
+        update={"spec": spec}
+    )
+    with pytest.raises(ResultError, match="5000 output tokens, more than the spec's workload"):
+        _report(run)
+
+
+def test_power_other_than_the_samples_is_refused():
+    runs = factories.seed_runs()
+    power = runs[0].power.model_copy(update={"node_power_kw": 0.4})
+    runs[0] = runs[0].model_copy(update={"power": power})
+    with pytest.raises(ResultError, match=r"power.node_power_kw is 0.4, but the run's power"):
+        make(runs)
