@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from tokenwatt.errors import InputError
 from tokenwatt.geometry import (
+    DTYPE_BITS,
     expected_unique_experts,
     geometry_from_config,
     load_geometry,
     sum_min_context,
 )
+from tokenwatt.schema.base import KvDtype, WeightDtype
 from tokenwatt.schema.spec import GeometryOverrides
 
 # Published totals and active parameters (billions). Sources, as read on 2026-11-29:
@@ -293,3 +296,8 @@ def test_geometry_for_spec_resolves_the_config_and_dtypes(repo: Path):
     assert g.kv_dtype == "bf16"
     assert g.name == "Qwen3-30B-A3B-FP8"
     assert g.shape == "MoE"
+
+
+def test_every_storage_type_a_spec_may_name_has_a_bit_width():
+    assert set(DTYPE_BITS) == set(get_args(WeightDtype))
+    assert set(get_args(KvDtype)) <= set(DTYPE_BITS)

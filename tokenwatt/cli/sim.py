@@ -11,23 +11,20 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from tokenwatt.cli._common import err_console
 from tokenwatt.errors import InputError
-from tokenwatt.geometry import DTYPE_BITS
 from tokenwatt.gpus import GPU_PRESETS
-from tokenwatt.schema.base import KvDtype
+from tokenwatt.schema.base import KvDtype, WeightDtype
 from tokenwatt.schema.spec import GeometryOverrides, SimSpec
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import SimSettings, settings_from_spec
 from tokenwatt.sim.server import SimApp, serve
 
 __all__ = ["register", "run"]
-
-_KV_DTYPES = list(KvDtype.__args__)  # type: ignore[attr-defined]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,8 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="GPU preset (default: the spec's engine.sim.gpu, else h100-sxm)",
     )
     p.add_argument("--model", type=Path, help="the model's Hugging Face config.json")
-    p.add_argument("--weight-dtype", choices=sorted(DTYPE_BITS), help="weight storage type")
-    p.add_argument("--kv-dtype", choices=_KV_DTYPES, help="KV-cache storage type")
+    p.add_argument("--weight-dtype", choices=get_args(WeightDtype), help="weight storage type")
+    p.add_argument("--kv-dtype", choices=get_args(KvDtype), help="KV-cache storage type")
     p.add_argument("--served-model-name", help="model name in the API (default: config folder)")
     p.add_argument("--tensor-parallel", type=int, help="GPUs serving the model")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")

@@ -14,7 +14,7 @@ import json
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from tokenwatt.client.sse import SSEDecoder, SSEError, simple_payloads
 
@@ -44,16 +44,8 @@ FailureCause = Literal[
 - ``cancelled``: stopped by the harness (Ctrl-C, or the end of a probe's drain).
 """
 
-FAILURE_CAUSES: tuple[str, ...] = (
-    "http_error",
-    "connection_error",
-    "malformed_stream",
-    "server_error",
-    "short_output",
-    "timeout",
-    "client_error",
-    "cancelled",
-)
+FAILURE_CAUSES: tuple[FailureCause, ...] = get_args(FailureCause)
+"""Every :data:`FailureCause`, in the order above."""
 
 _ERROR_BODY_BYTES = 16 * 1024
 _ERROR_TEXT_CHARS = 500
