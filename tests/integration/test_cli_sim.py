@@ -96,17 +96,17 @@ def test_cli_serves_the_example_spec_until_interrupted(repo: Path):
 
 
 def test_launch_for_spec(repo: Path):
-    spec_path = repo / EXAMPLE
-    spec = load_spec(spec_path)
-    settings = settings_from_spec(spec, spec_path)
+    loaded = load_spec(repo / EXAMPLE)
+    settings = settings_from_spec(loaded)
     assert settings.model_config == (
         repo / "specs" / "models" / "Qwen__Qwen3-30B-A3B-FP8" / "config.json"
     )
     assert settings.weight_dtype == "fp8"
     assert settings.served_model_name == "Qwen/Qwen3-30B-A3B-FP8"
-    with launch_for_spec(spec, spec_path) as sim:
+    with launch_for_spec(loaded) as sim:
         assert sim.base_url.endswith("/v1")
-        assert httpx.get(sim.base_url + "/models").json()["data"][0]["id"] == spec.engine.model
+        models = httpx.get(sim.base_url + "/models").json()
+        assert models["data"][0]["id"] == loaded.spec.engine.model
         assert "DCGM_FI_DEV_POWER_USAGE" in httpx.get(sim.metrics_url).text
         pid = sim.pid
     assert pid is not None

@@ -46,10 +46,10 @@ class Truth:
     """Virtual-time ground truth for the spec's probes."""
 
     def __init__(self, repo: Path) -> None:
-        path = repo / SPEC
-        self.spec = load_spec(path)
-        self.config = settings_from_spec(self.spec, path).build()
-        self.workload = build_workload(self.spec, spec_path=path, context_tokens=4096)
+        loaded = load_spec(repo / SPEC)
+        self.spec = loaded.spec
+        self.config = settings_from_spec(loaded).build()
+        self.workload = build_workload(self.spec, trace_file=loaded.trace_file, context_tokens=4096)
         self.slo_ms = self.spec.slo.ttft_p99_ms
 
     def p99_ttft_ms(self, rate_rps: float, *, warmup_s: float, window_s: float, stream: int = 0):

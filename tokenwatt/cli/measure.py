@@ -329,11 +329,10 @@ async def run_until_signal(work: Awaitable[T]) -> T:
 
 def run(args: argparse.Namespace) -> int:
     """Load the spec, measure, print where the run file is."""
-    spec_path = store.resolve_spec_path(args.spec)
-    spec = store.load_spec(spec_path)
+    loaded = store.load_spec(store.resolve_spec_path(args.spec))
+    spec = loaded.spec
     opts = MeasureOptions(
-        spec=spec,
-        spec_path=spec_path,
+        spec=loaded,
         spec_arg=args.spec,
         label=args.label,
         role=args.role,

@@ -83,10 +83,10 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
 
     base = SimSettings()
     if args.spec is not None:
-        spec = load_spec(args.spec)
-        if spec.engine.endpoint != "sim":
+        loaded = load_spec(args.spec)
+        if loaded.spec.engine.endpoint != "sim":
             raise InputError(f"{args.spec}: engine.endpoint is not 'sim'")
-        base = settings_from_spec(spec, args.spec)
+        base = settings_from_spec(loaded)
     sim_fields = base.sim.model_dump(exclude_none=True)
     sim_fields.update(_json_arg(args.sim_json, "--sim-json"))
     for name in (

@@ -32,7 +32,7 @@ import httpx
 from tokenwatt.errors import EndpointError, InputError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
-from tokenwatt.schema.spec import GeometryOverrides, SimSpec, Spec
+from tokenwatt.schema.spec import GeometryOverrides, LoadedSpec, SimSpec
 from tokenwatt.sim.engine import EngineConfig
 
 __all__ = ["SimProcess", "SimSettings", "launch", "launch_for_spec", "settings_from_spec"]
@@ -109,23 +109,21 @@ class SimSettings:
         return args
 
 
-def settings_from_spec(spec: Spec, spec_path: Path) -> SimSettings:
+def settings_from_spec(loaded: LoadedSpec) -> SimSettings:
     """Simulator settings for a spec whose ``engine.endpoint`` is ``sim``.
 
-    The GPU comes from ``engine.sim.gpu``, the model from ``model.config`` (relative to the
-    spec's folder), its geometry overrides and dtypes from ``model``; the served name is
-    ``engine.model``, so the load generator's requests name the right model. A weight dtype the
-    spec does not set explicitly is left to the config's ``quantization_config``.
+    The GPU comes from ``engine.sim.gpu``, the model from ``model.config``, its geometry
+    overrides and the storage types the spec sets from ``model``; the served name is
+    ``engine.model``, so the load generator's requests name the right model.
     """
-    from tokenwatt.store import resolve_relative
-
+    spec = loaded.spec
     model = spec.model
-    config = resolve_relative(spec_path, model.config) if model.config else None
+    weight_dtype, kv_dtype = model.storage_types_set()
     return SimSettings(
         gpu=(spec.engine.sim.gpu if spec.engine.sim else SimSpec().gpu),
-        model_config=config,
-        weight_dtype=model.weight_dtype if "weight_dtype" in model.model_fields_set else None,
-        kv_dtype=model.kv_dtype if "kv_dtype" in model.model_fields_set else None,
+        model_config=loaded.config_file,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
         served_model_name=spec.engine.model,
         tensor_parallel=model.tensor_parallel,
         sim=spec.engine.sim or SimSpec(),
@@ -315,18 +313,17 @@ def launch(
 
 
 def launch_for_spec(
-    spec: Spec,
-    spec_path: Path,
+    loaded: LoadedSpec,
     *,
     host: str = "127.0.0.1",
     startup_timeout_s: float = 60.0,
     log_path: Path | None = None,
 ) -> SimProcess:
     """Start the simulator a spec asks for (``engine.endpoint: sim``)."""
-    if spec.engine.endpoint != "sim":
-        raise InputError(f"{spec_path}: engine.endpoint is not 'sim'")
+    if loaded.spec.engine.endpoint != "sim":
+        raise InputError(f"{loaded.path}: engine.endpoint is not 'sim'")
     return launch(
-        settings_from_spec(spec, spec_path),
+        settings_from_spec(loaded),
         host=host,
         startup_timeout_s=startup_timeout_s,
         log_path=log_path,
