@@ -158,8 +158,7 @@ def test_a_simulator_behind_a_url_is_marked_simulated(repo: Path, tmp_path: Path
     from tokenwatt.sim.launch import SimSettings, launch
 
     settings = SimSettings(
-        gpu="h100-sxm",
-        model_config=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        config_file=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
         served_model_name="Qwen/Qwen3-8B",
     )
     with launch(settings) as sim:

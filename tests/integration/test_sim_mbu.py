@@ -182,7 +182,7 @@ def measure_once(sim_url: str, metrics_url: str, model: str, geometry, seed: int
 @pytest.mark.slow
 def test_mbu_from_metrics_matches_ground_truth(shared: Path):
     config = shared / "data" / "models" / "Qwen__Qwen3-30B-A3B-FP8" / "config.json"
-    settings = SimSettings(gpu="h100-sxm", model_config=config, kv_dtype="bf16")
+    settings = SimSettings(config_file=config, kv_dtype="bf16")
     geometry = load_geometry(config, kv_dtype="bf16")
     reports = []
     with launch(settings) as sim:
