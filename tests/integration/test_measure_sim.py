@@ -16,10 +16,24 @@ from pathlib import Path
 import pytest
 
 from tests.measure_cli import files_in, load_valid_run, measure_argv, run_measure, tokenwatt_exe
+from tokenwatt.schema.run import ProbeRecord
 
 pytestmark = pytest.mark.slow
 
 SPEC = "tests/data/tiny-sim.spec.yaml"
+
+
+def last_window_end_s(probe: ProbeRecord) -> float:
+    """When the probe's last window request finished, in seconds from the probe's start."""
+    table = probe.requests
+    assert table is not None
+    return probe.warmup_s + max(
+        t_sched_s + (lag_ms + e2e_ms) / 1000
+        for t_sched_s, lag_ms, e2e_ms in zip(
+            table.t_sched_s, table.send_lag_ms, table.e2e_ms, strict=True
+        )
+        if e2e_ms is not None
+    )
 
 
 def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
@@ -96,8 +110,14 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
     assert outcome.ttft_p99_ms is not None
     assert outcome.tpot_p99_ms is not None
     assert 0 < outcome.search_probe_seconds < outcome.probe_seconds
-    # every probe lasts at least its warm-up and window
-    assert outcome.probe_seconds >= sum(p.warmup_s + p.window_s for p in run.probes)
+    # A probe ends once every window request has been sent and has finished, which can be
+    # before warm-up + window when the last one finishes early; never before that last end.
+    ends_s = [last_window_end_s(p) for p in run.probes]
+    for probe in run.probes:
+        assert probe.requests is not None
+        assert all(0 <= t_s < probe.window_s for t_s in probe.requests.t_sched_s)
+    assert outcome.probe_seconds >= sum(ends_s) - 1e-6
+    assert outcome.search_probe_seconds >= sum(ends_s[:2]) - 1e-6
     # power, from the simulator's dcgm-exporter style gauge
     power = run.power
     assert power is not None
