@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -118,12 +119,12 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def write_spec(path: Path, data: dict) -> Path:
+def write_spec(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def load_spec_dict(path: Path) -> dict:
+def load_spec_dict(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict)
     return data

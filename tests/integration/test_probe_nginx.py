@@ -37,6 +37,7 @@ async def test_probe_record_is_complete_and_right(nginx_sse):
     assert record.workers == 1
     assert record.started_utc >= started
     table = record.requests
+    assert table is not None
     n = record.window_requests
     assert 140 < n < 260  # Poisson around 200
     assert len(table.status) == n
@@ -58,6 +59,9 @@ async def test_probe_record_is_complete_and_right(nginx_sse):
     assert record.request_throughput_rps == n / 2.0
     assert set(table.output_tokens) == {32}
     assert set(table.input_tokens) == {64}
+    assert record.ttft_ms.p50 is not None
+    assert record.tpot_ms.p50 is not None
+    assert record.e2e_ms.p50 is not None
     assert 20 <= record.ttft_ms.p50 < 60
     assert 5 <= record.tpot_ms.p50 < 9
     assert record.e2e_ms.p50 >= 20 + 31 * 5
@@ -81,7 +85,9 @@ async def test_same_index_same_schedule_other_index_other_schedule(nginx_sse):
             )
             for i in (7, 7, 8)
         ]
-    a, b, c = (p.requests.t_sched_s for p in probes)
+    tables = [p.requests for p in probes]
+    assert all(t is not None for t in tables)
+    a, b, c = (t.t_sched_s for t in tables if t is not None)
     assert a == b
     assert a != c
 
@@ -98,7 +104,9 @@ async def test_two_worker_processes(nginx_sse):
     assert record.workers == 2
     assert record.failed == 0
     assert 220 < record.window_requests < 380
+    assert record.requests is not None
     assert record.requests.t_sched_s == sorted(record.requests.t_sched_s)
+    assert record.max_in_flight is not None
     assert record.max_in_flight >= 2
     assert again.workers == 2  # the pool is kept between probes
     assert again.failed == 0
@@ -120,6 +128,7 @@ async def test_concurrency_cap_makes_the_probe_client_bound(nginx_sse):
     assert any("concurrency slot (max_concurrency 2)" in r for r in record.client_bound_reasons)
     assert not record.slo_pass
     # the wait is in the send lag, never hidden
+    assert record.requests is not None
     assert max(record.requests.send_lag_ms) > 100
 
 
@@ -145,6 +154,7 @@ async def test_gamma_and_constant_arrivals(nginx_sse):
                 index=4, phase="rates", rate_rps=rate, warmup_s=0.0, window_s=1.5, slo=SLO
             )
         assert record.failed == 0
+        assert record.requests is not None
         if arrival["process"] == "constant":
             assert record.window_requests == 60
             gaps = {

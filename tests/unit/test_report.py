@@ -75,6 +75,8 @@ def test_full_inputs_meeting_the_policy_are_published():
     full = spec.measurement.model_copy(update={"window_s": 300, "warmup_s": 60, "repeats": 3})
     runs = []
     for r in factories.seed_runs():
+        assert r.accuracy is not None
+        assert r.outcome is not None
         acc = r.accuracy.model_copy(update={"limit": 200})
         extra = factories.probe(
             3,
@@ -131,6 +133,7 @@ def test_different_hardware_is_a_mismatch():
 
 def test_accuracy_gate_two_point_drop_is_not_an_improvement():
     runs = factories.seed_runs()
+    assert runs[1].accuracy is not None
     acc = runs[1].accuracy.model_copy(update={"score": 94.0})
     # 10% more goodput, but two points less accuracy
     probes = [
@@ -172,6 +175,7 @@ def test_roles_are_checked():
 
 def test_no_confirmed_rate_gives_zero_goodput_and_a_caveat():
     runs = factories.seed_runs()
+    assert runs[1].outcome is not None
     outcome = runs[1].outcome.model_copy(update={"confirmed_rate_rps": None, "confirm_probes": [1]})
     failed = runs[1].probes[1].model_copy(update={"slo_pass": False})
     runs[1] = runs[1].model_copy(

@@ -71,7 +71,7 @@ def test_token_ids_avoid_the_edges_of_the_vocabulary():
     assert wl.token_id_range(32000) == (320, 30400)
     assert wl.token_id_range(151936) == (1519, 144340)  # below Qwen3's last real token 151668
     work = build_workload(spec(input_tokens=4000, output_tokens=1), context_tokens=None)
-    ids = [t for i in range(20) for t in work.request(i).prompt_ids]
+    ids = [t for i in range(20) for t in work.request(i).prompt_ids or ()]
     assert min(ids) >= 320
     assert max(ids) < 30400
     assert min(ids) < 400
@@ -113,6 +113,7 @@ def test_chat_api_gets_text_prompts():
     work = build_workload(s, context_tokens=4096)
     request = work.request(0)
     assert request.prompt_ids is None
+    assert request.prompt_text is not None
     assert len(request.prompt_text.split()) == 50
     body = json.loads(request_body(s.engine, request))
     assert body["messages"] == [{"role": "user", "content": request.prompt_text}]

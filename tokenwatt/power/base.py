@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, TypeVar, get_args
+from typing import Literal, Self, TypeVar, get_args
 
 from tokenwatt.errors import PowerError
 from tokenwatt.schema.base import PowerSourceName
@@ -119,7 +119,7 @@ class PowerSource(abc.ABC):
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release connections and libraries; safe to call twice."""
 
-    def __enter__(self) -> PowerSource:
+    def __enter__(self) -> Self:
         self.open()
         return self
 

@@ -159,6 +159,7 @@ def test_build_source_picks_the_class_and_passes_context():
         PowerSpec(source="prometheus", url="http://exporter:9400/metrics"),
         default_metrics_url="http://127.0.0.1:9/metrics",
     )
+    assert isinstance(own, PrometheusSource)
     assert own.url == "http://exporter:9400/metrics"  # the spec's url wins
 
 
