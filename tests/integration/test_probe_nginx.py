@@ -8,6 +8,7 @@ import pytest
 from tests import factories
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
+from tokenwatt.metrics import MAX_SEND_LAG_P99_MS
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 
@@ -51,9 +52,11 @@ async def test_probe_record_is_complete_and_right(nginx_sse):
     assert record.offered_rate_rps == n / 2.0
     assert record.achieved_rate_rps == pytest.approx(record.offered_rate_rps, rel=0.03)
     # This box is shared with other jobs: a preempted worker can miss the 10 ms p99 bound, so
-    # the test checks the typical lag and that the verdict follows the numbers.
-    assert sorted(table.send_lag_ms)[n // 2] < 1.0
-    assert record.client_bound == (record.send_lag_p99_ms > 10)
+    # the test checks the typical lag and that the verdict follows the numbers. The median is
+    # ~0.1 ms on a quiet box and ~1.5 ms with one of its two cores busy (measured); half the
+    # client-bound bound still fails a pacer that batches its sends or drifts.
+    assert sorted(table.send_lag_ms)[n // 2] < MAX_SEND_LAG_P99_MS / 2
+    assert record.client_bound == (record.send_lag_p99_ms > MAX_SEND_LAG_P99_MS)
     assert record.output_tokens == 32 * n
     assert record.goodput_tok_s == 32 * n / 2.0
     assert record.request_throughput_rps == n / 2.0
