@@ -62,9 +62,13 @@ def measure_argv(
 
 
 def run_measure(
-    argv: Sequence[str], *, cwd: Path, timeout_s: float = 120
+    argv: Sequence[str], *, cwd: Path, timeout_s: float = 600
 ) -> subprocess.CompletedProcess[str]:
-    """Run a measure command line to the end; stdout and stderr captured as text."""
+    """Run a measure command line to the end; stdout and stderr captured as text.
+
+    ``timeout_s`` guards against a hang, it is no speed limit: a quick run that takes 30 s on a
+    quiet 2-core box took over 2 minutes on one shared with other CPU-heavy jobs.
+    """
     return subprocess.run(
         list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
     )

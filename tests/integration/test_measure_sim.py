@@ -48,7 +48,7 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
         cwd=repo,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a hang guard (see tests.measure_cli.run_measure), not a speed limit
         check=False,
         env={"PATH": env_path, "HOME": str(tmp_path)},
     )
@@ -156,15 +156,22 @@ def test_json_log_is_one_json_object_per_line(repo: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in done.stderr.splitlines()]  # fails on any other line
     kinds = [e["event"] for e in events]
-    assert kinds.count("probe_started") == 3
+    run = load_valid_run(out, cwd=repo)
+    assert run.accuracy is None
+    # one started and one finished event per probe, saying what the run file says (which
+    # probes follow the two explicit rates depends on their verdicts: on a busy machine a probe
+    # can come out client-bound, and a confirmation is then backed off)
+    assert [(p.phase, p.rate_rps) for p in run.probes[:2]] == [("rates", 2.0), ("rates", 4.0)]
+    assert kinds.count("probe_started") == len(run.probes)
     finished = [e for e in events if e["event"] == "probe_finished"]
     assert [(e["phase"], e["rate_rps"], e["slo_pass"]) for e in finished] == [
-        ("rates", 2.0, True),
-        ("rates", 4.0, True),
-        ("confirm", 4.0, True),
+        (p.phase, p.rate_rps, p.slo_pass) for p in run.probes
     ]
-    assert all(e["elapsed_s"] >= 0 for e in events)
-    assert load_valid_run(out, cwd=repo).accuracy is None
+    # progress events carry the time since the start; log records (a warning about a
+    # client-bound probe on a busy machine, say) their level, logger and message
+    progress = [e for e in events if e["event"] != "log"]
+    assert all(e["elapsed_s"] >= 0 for e in progress)
+    assert all({"level", "logger", "message"} <= e.keys() for e in events if e["event"] == "log")
 
 
 def test_a_simulator_behind_a_url_is_marked_simulated(repo: Path, tmp_path: Path):

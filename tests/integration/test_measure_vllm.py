@@ -37,7 +37,7 @@ def _spec(repo: Path, tmp_path: Path, vllm_server, **engine: object) -> Path:
 def test_quick_run_end_to_end(repo, tmp_path, vllm_server):
     spec = _spec(repo, tmp_path, vllm_server)
     out = tmp_path / "runs" / "vllm.json"
-    done = run_measure(measure_argv(spec, out, "--quick"), cwd=repo, timeout_s=180)
+    done = run_measure(measure_argv(spec, out, "--quick"), cwd=repo)
     assert done.returncode == 0, done.stderr[-3000:]
     assert files_in(out.parent) == ["vllm.json"]
     run = load_valid_run(out, cwd=repo)
