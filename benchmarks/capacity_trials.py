@@ -45,13 +45,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tokenwatt.compare import CapacityFigures, verdict_from_probes  # noqa: E402
-from tokenwatt.plan import PlanTrial, engine_config, run_trial, true_capacity  # noqa: E402
-from tokenwatt.schema.spec import SimSpec, Spec  # noqa: E402
+from tokenwatt.plan import (  # noqa: E402
+    PlanTrial,
+    engine_config,
+    run_trial,
+    true_capacity,
+    with_seed,
+    with_spec,
+)
+from tokenwatt.schema.result import Verdict  # noqa: E402
+from tokenwatt.schema.spec import LoadedSpec, SimSpec, Spec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
 
 
-def configured(path: str, args: argparse.Namespace, sim_over: str | None = None) -> Spec:
-    spec = load_spec(Path(path))
+def configured(path: str, args: argparse.Namespace, sim_over: str | None = None) -> LoadedSpec:
+    loaded = load_spec(Path(path))
+    spec = loaded.spec
     sweep: dict[str, object] = {}
     if args.strategy:
         sweep["strategy"] = args.strategy
@@ -68,16 +77,14 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
             update[key.strip()] = float(value)
         sim = (spec.engine.sim or SimSpec()).model_copy(update=update)
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim": sim})})
-    return spec
+    return with_spec(loaded, spec)
 
 
-def truth_of(spec: Spec, path: str, trials: list[PlanTrial]) -> float:
+def truth_of(loaded: LoadedSpec, trials: list[PlanTrial]) -> float:
     estimates = [t.estimate.capacity_rps for t in trials if t.estimate.capacity_rps]
-    centre = statistics.median(estimates) if estimates else spec.sweep.start_rps
+    centre = statistics.median(estimates) if estimates else loaded.spec.sweep.start_rps
     t0 = time.process_time()
-    truth = true_capacity(
-        spec, Path(path), engine_config(spec, Path(path)), bracket_rps=(centre * 0.9, centre * 1.1)
-    )
+    truth = true_capacity(loaded, engine_config(loaded), bracket_rps=(centre * 0.9, centre * 1.1))
     print(
         f"truth {truth.true_capacity_rps:.4f} req/s ({len(truth.steps)} bisection steps,"
         f" {time.process_time() - t0:.0f} s CPU or cached)",
@@ -86,12 +93,12 @@ def truth_of(spec: Spec, path: str, trials: list[PlanTrial]) -> float:
     return truth.true_capacity_rps
 
 
-def trials_of(spec: Spec, path: str, seeds: list[int], quick: bool) -> list[PlanTrial]:
-    config = engine_config(spec, Path(path))
+def trials_of(loaded: LoadedSpec, seeds: list[int], quick: bool) -> list[PlanTrial]:
+    config = engine_config(loaded)
     out = []
     for seed in seeds:
         t0 = time.process_time()
-        trial = run_trial(spec, Path(path), config, seed=seed, quick=quick)
+        trial = run_trial(loaded, config, seed=seed, quick=quick)
         est = trial.estimate
         ci = tuple(round(v, 3) for v in est.ci_rps) if est.ci_rps else "unbounded"
         print(
@@ -106,9 +113,10 @@ def trials_of(spec: Spec, path: str, seeds: list[int], quick: bool) -> list[Plan
 
 
 def accuracy(args: argparse.Namespace) -> dict[str, object]:
-    spec = configured(args.spec, args)
-    trials = trials_of(spec, args.spec, list(range(args.seed, args.seed + args.trials)), args.quick)
-    truth = truth_of(spec, args.spec, trials)
+    loaded = configured(args.spec, args)
+    spec = loaded.spec
+    trials = trials_of(loaded, list(range(args.seed, args.seed + args.trials)), args.quick)
+    truth = truth_of(loaded, trials)
     errors = [
         abs(t.estimate.capacity_rps - truth) / truth * 100
         for t in trials
@@ -135,7 +143,7 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec):
+def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec) -> Verdict:
     figures = []
     for key, trial in (("baseline", a), ("tuned", b)):
         figures.append(
@@ -153,13 +161,14 @@ def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec):
 
 
 def compare(args: argparse.Namespace) -> dict[str, object]:
-    spec_a = configured(args.spec, args)
-    spec_b = configured(args.spec_b or args.spec, args, args.sim_b)
+    loaded_a = configured(args.spec, args)
+    loaded_b = configured(args.spec_b or args.spec, args, args.sim_b)
+    spec_a = loaded_a.spec
     seeds = list(range(args.seed, args.seed + args.trials))
-    a = trials_of(spec_a, args.spec, seeds, args.quick)
-    b = trials_of(spec_b, args.spec_b or args.spec, seeds, args.quick)
-    truth_a = truth_of(spec_a, args.spec, a)
-    truth_b = truth_of(spec_b, args.spec_b or args.spec, b)
+    a = trials_of(loaded_a, seeds, args.quick)
+    b = trials_of(loaded_b, seeds, args.quick)
+    truth_a = truth_of(loaded_a, a)
+    truth_b = truth_of(loaded_b, b)
     true_change = (truth_b / truth_a - 1) * 100
     outcomes: Counter[str] = Counter()
     covered = bounded = 0
@@ -197,9 +206,10 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
 
 
 def self_compare(args: argparse.Namespace) -> dict[str, object]:
-    spec = configured(args.spec, args)
+    loaded = configured(args.spec, args)
+    spec = loaded.spec
     seeds = list(range(args.seed, args.seed + 2 * args.trials))
-    trials = trials_of(spec, args.spec, seeds, args.quick)
+    trials = trials_of(loaded, seeds, args.quick)
     outcomes: Counter[str] = Counter()
     for ta, tb in zip(trials[0::2], trials[1::2], strict=True):
         outcomes[_verdict(ta, tb, spec).outcome] += 1
@@ -220,18 +230,19 @@ def self_compare(args: argparse.Namespace) -> dict[str, object]:
 def warmup(args: argparse.Namespace) -> dict[str, object]:
     from tokenwatt.capacity import exceedance
     from tokenwatt.load.workload import build_workload
-    from tokenwatt.plan import with_seed
     from tokenwatt.sim.virtual import VirtualServer
 
-    spec = configured(args.spec, args)
-    path = Path(args.spec)
-    config = engine_config(spec, path)
+    loaded = configured(args.spec, args)
+    spec = loaded.spec
+    config = engine_config(loaded)
     shares: dict[str, float] = {}
     for warm in (float(w) for w in args.warmups.split(",")):
         over = counted = 0
         for s in range(args.trials):
-            seeded = with_seed(spec, args.seed + s)
-            workload = build_workload(seeded, spec_path=path, context_tokens=config.max_model_len)
+            seeded = with_seed(loaded, args.seed + s)
+            workload = build_workload(
+                seeded.spec, trace_file=seeded.trace_file, context_tokens=config.max_model_len
+            )
             server = VirtualServer(
                 config, workload, request_timeout_s=float(spec.measurement.request_timeout_s)
             )

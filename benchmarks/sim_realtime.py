@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sseload import run_open_loop
 
 from tokenwatt import promtext
+from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.launch import SimSettings, launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def main() -> None:
     ap.add_argument("--gpu", default="h100-sxm", help="simulated GPU (b200: more headroom)")
     ap.add_argument("--config", type=Path, default=CONFIG, help="model config.json")
     args = ap.parse_args()
-    settings = SimSettings(gpu=args.gpu, model_config=args.config, kv_dtype="bf16")
+    settings = SimSettings(sim=SimSpec(gpu=args.gpu), config_file=args.config, kv_dtype="bf16")
     with launch(settings) as sim:
         assert sim.pid is not None
         assert sim.port is not None

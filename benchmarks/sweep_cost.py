@@ -75,16 +75,14 @@ def _verdict(p: ProbeRecord) -> str:
 
 
 def run_once(spec_arg: str, *, early_stop: bool, quick: bool, out_dir: Path) -> Outcome:
-    path = resolve_spec_path(spec_arg)
-    spec = load_spec(path)
-    spec = spec.model_copy(
-        update={"sweep": spec.sweep.model_copy(update={"early_stop": early_stop})}
+    loaded = load_spec(resolve_spec_path(spec_arg))
+    spec = loaded.spec.model_copy(
+        update={"sweep": loaded.spec.sweep.model_copy(update={"early_stop": early_stop})}
     )
     label = "early-stop" if early_stop else "seed-protocol"
     timing = Timing()
     opts = MeasureOptions(
-        spec=spec,
-        spec_path=path,
+        spec=loaded.model_copy(update={"spec": spec}),
         spec_arg=spec_arg,
         label=label,
         role="baseline",

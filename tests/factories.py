@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from tokenwatt.schema.run import Environment, LatencyStats, ProbeRecord, RunFile, RunOutcome
@@ -329,7 +330,7 @@ def recomputed(run: RunFile) -> RunFile:
 
 
 def request_table(
-    tpot_ms: list[float | None],
+    tpot_ms: Sequence[float | None],
     *,
     status: list[str] | None = None,
     ttft_ms: float = 100.0,

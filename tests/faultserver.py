@@ -289,9 +289,11 @@ class FaultServer:
             await writer.drain()
             return False
         elif fault == "json_body":
-            payload = json.dumps({"choices": [{"text": "x" * n, "finish_reason": "length"}]})
+            answer = json.dumps(
+                {"choices": [{"text": "x" * n, "finish_reason": "length"}]}
+            ).encode()
             w(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
-            w(f"content-length: {len(payload)}\r\n\r\n".encode() + payload.encode())
+            w(f"content-length: {len(answer)}\r\n\r\n".encode() + answer)
         elif fault == "comments":
             events = _stream(n, n_prompt)
             mixed = [b": ping\n\n" + e for e in events]

@@ -57,8 +57,10 @@ class Node:
                 yield child
                 yield from child.iter()
 
-    def find_all(self, tag: str | None = None, *, cls: str | None = None, **attrs: str):
-        out = []
+    def find_all(
+        self, tag: str | None = None, *, cls: str | None = None, **attrs: str
+    ) -> list[Node]:
+        out: list[Node] = []
         for node in self.iter():
             if tag is not None and node.tag != tag:
                 continue

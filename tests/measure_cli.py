@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -61,9 +62,13 @@ def measure_argv(
 
 
 def run_measure(
-    argv: Sequence[str], *, cwd: Path, timeout_s: float = 120
+    argv: Sequence[str], *, cwd: Path, timeout_s: float = 600
 ) -> subprocess.CompletedProcess[str]:
-    """Run a measure command line to the end; stdout and stderr captured as text."""
+    """Run a measure command line to the end; stdout and stderr captured as text.
+
+    ``timeout_s`` guards against a hang, it is no speed limit: a quick run that takes 30 s on a
+    quiet 2-core box took over 2 minutes on one shared with other CPU-heavy jobs.
+    """
     return subprocess.run(
         list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
     )
@@ -118,12 +123,12 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def write_spec(path: Path, data: dict) -> Path:
+def write_spec(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def load_spec_dict(path: Path) -> dict:
+def load_spec_dict(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict)
     return data

@@ -22,7 +22,9 @@ def seed_data(seed_path: Path) -> dict[str, Any]:
     return data
 
 
-def _probes(goodput: float, ttft_p99_ms: float, tpot_p99_ms: float, rate: float) -> list[dict]:
+def _probes(
+    goodput: float, ttft_p99_ms: float, tpot_p99_ms: float, rate: float
+) -> list[dict[str, Any]]:
     """A sweep: growth from 8 req/s, bisection, three confirmation repeats at ``rate``."""
     probes: list[dict[str, Any]] = []
     search = [8.0, 10.0, 12.5, 15.625, 19.53, 24.41]
@@ -82,7 +84,9 @@ def _trace(mean_w: float, *, seconds: int = 240, step_s: int = 4) -> dict[str, A
     }
 
 
-def full_mode_data(seed_path: Path, *, result_id: str = "h100-qwen3-30b-a3b-moe-full") -> dict:
+def full_mode_data(
+    seed_path: Path, *, result_id: str = "h100-qwen3-30b-a3b-moe-full"
+) -> dict[str, Any]:
     """The seed measured as a publishable result: 300 s windows, 3 repeats, 200 questions."""
     data = copy.deepcopy(seed_data(seed_path))
     data["id"] = result_id

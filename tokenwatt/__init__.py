@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from tokenwatt.errors import TokenwattError
 from tokenwatt.schema import ResultFile, RunFile, Spec
+from tokenwatt.schema.spec import LoadedSpec
 from tokenwatt.store import load_result, load_run, load_spec, save_result, save_run
 
 try:
@@ -15,6 +16,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "LoadedSpec",
     "ResultFile",
     "RunFile",
     "Spec",

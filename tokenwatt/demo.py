@@ -95,7 +95,6 @@ async def run_demo(
         run = await measure(
             MeasureOptions(
                 spec=store.load_spec(spec_path),
-                spec_path=spec_path,
                 spec_arg=demo.spec,
                 label=demo.label,
                 role=demo.role,

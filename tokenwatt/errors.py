@@ -12,7 +12,6 @@ exit status. Every message says what went wrong and, where it can, what to do ab
   x EndpointError                the server under test is unreachable or wrong (exit 2)
   x PowerError                   a power source cannot be set up or read
   x PolicyError                  a file breaks the publishing policy (exit 1)
-  x NotBuiltError                a sub-command that does not exist yet (exit 3)
   x Interrupted                  Ctrl-C: partial results were saved (exit 130)
 ```
 """
@@ -25,7 +24,6 @@ __all__ = [
     "EndpointError",
     "InputError",
     "Interrupted",
-    "NotBuiltError",
     "PolicyError",
     "PowerError",
     "ResultError",
@@ -73,12 +71,6 @@ class PowerError(TokenwattError):
 
 class PolicyError(TokenwattError):
     """A file breaks the publishing policy."""
-
-
-class NotBuiltError(TokenwattError):
-    """A sub-command whose issue has not landed yet."""
-
-    exit_code: ClassVar[int] = 3
 
 
 class Interrupted(TokenwattError):

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tokenwatt.errors import InputError
-from tokenwatt.schema.spec import GeometryOverrides, Spec
+from tokenwatt.schema.spec import GeometryOverrides, LoadedSpec
 
 __all__ = [
     "DTYPE_BITS",
@@ -194,7 +194,8 @@ class ModelGeometry:
     expert_bias: bool
     qk_norm: bool
     attention_sinks: bool
-    max_position_embeddings: int
+    max_position_embeddings: int | None
+    """The model's context length; None where neither the config nor the spec states it."""
     base_dtype: str
     """Dtype of unquantized tensors (the checkpoint's ``torch_dtype``)."""
     weight_dtype: str
@@ -794,7 +795,11 @@ def geometry_from_config(
         expert_bias=model_type == "gpt_oss",
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
         attention_sinks=model_type == "gpt_oss",
-        max_position_embeddings=_int(cfg, where, "max_position_embeddings", default=4096),
+        max_position_embeddings=(
+            _int(cfg, where, "max_position_embeddings")
+            if cfg.get("max_position_embeddings") is not None
+            else None
+        ),
         base_dtype=base,
         weight_dtype=wdt,
         kv_dtype=kvdt,
@@ -842,21 +847,19 @@ def load_geometry(
     )
 
 
-def geometry_for_spec(spec: Spec, spec_path: Path) -> ModelGeometry:
+def geometry_for_spec(loaded: LoadedSpec) -> ModelGeometry:
     """The geometry a spec describes: its config, geometry overrides and storage types.
 
-    ``model.config`` is resolved from the spec's folder. A ``weight_dtype`` or ``kv_dtype`` the
-    spec does not set is left to the config (its ``quantization_config``, else ``torch_dtype``),
-    exactly as the simulator reads it, so the MBU estimate and the simulator agree on the bytes.
+    A ``weight_dtype`` or ``kv_dtype`` the spec does not set is left to the config
+    (:meth:`~tokenwatt.schema.spec.ModelSpec.storage_types_set`), exactly as the simulator reads
+    it, so the MBU estimate and the simulator agree on the bytes.
     """
-    from tokenwatt.store import resolve_relative
-
-    model = spec.model
-    config = resolve_relative(spec_path, model.config) if model.config else None
+    model = loaded.spec.model
+    weight_dtype, kv_dtype = model.storage_types_set()
     return load_geometry(
-        config,
+        loaded.config_file,
         overrides=model.geometry,
-        weight_dtype=model.weight_dtype if "weight_dtype" in model.model_fields_set else None,
-        kv_dtype=model.kv_dtype if "kv_dtype" in model.model_fields_set else None,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
         name=model.name,
     )

@@ -55,8 +55,8 @@ from tokenwatt.schema.run import (
     RunFile,
     RunOutcome,
 )
-from tokenwatt.schema.spec import AccuracySpec, MeasurementSpec, Spec, SweepSpec
-from tokenwatt.store import filled, resolve_relative, save_run
+from tokenwatt.schema.spec import AccuracySpec, LoadedSpec, MeasurementSpec, Spec, SweepSpec
+from tokenwatt.store import filled, save_run
 from tokenwatt.sweep import ProbePlan, Strategy, make_strategy
 
 __all__ = [
@@ -118,9 +118,10 @@ class Progress(Protocol):
 class MeasureOptions:
     """What ``tokenwatt measure`` was asked to do."""
 
-    spec: Spec
-    spec_path: Path
-    """The spec file as found (see :func:`tokenwatt.store.resolve_spec_path`)."""
+    spec: LoadedSpec
+    """The spec as loaded: as written, and the files it names resolved
+    (:func:`tokenwatt.store.load_spec` of the file :func:`tokenwatt.store.resolve_spec_path`
+    found)."""
     spec_arg: str
     """The spec path as given on the command line (for the reproduce line)."""
     label: str
@@ -247,7 +248,7 @@ def _run_file(
     complete: bool,
     reason: str | None,
 ) -> RunFile:
-    spec = filled(opts.spec)
+    spec = filled(opts.spec.spec)
     geometry = state.geometry
     return RunFile(
         label=opts.label,
@@ -273,7 +274,7 @@ def _run_file(
             engine_version_source=state.engine_version_source,
             driver=state.driver,
             gpus=state.gpus,
-            spec_sha256=provenance.sha256_file(opts.spec_path),
+            spec_sha256=provenance.sha256_file(opts.spec.path),
             started_utc=state.started,
             finished_utc=dt.datetime.now(dt.UTC),
         ),
@@ -341,7 +342,8 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         PowerError: the power source cannot be opened (exit 2).
         Interrupted: Ctrl-C; the partial run was written (exit 130).
     """
-    spec = opts.spec
+    loaded = opts.spec
+    spec = loaded.spec
     eff_m, eff_s, eff_a = effective_settings(spec, quick=opts.quick)
     if opts.no_accuracy:
         eff_a = None
@@ -357,15 +359,21 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             from tokenwatt.sim.launch import launch_for_spec
 
             progress.phase("pre-flight", "starting the embedded simulator")
-            sim = await asyncio.to_thread(launch_for_spec, spec, opts.spec_path)
-        state.geometry = geometry_for_spec(spec, opts.spec_path)
+            sim = await asyncio.to_thread(launch_for_spec, loaded)
+        state.geometry = geometry = geometry_for_spec(loaded)
         base_url = sim.base_url if sim is not None else None
         async with OpenAIClient(
             spec.engine, base_url=base_url, env=opts.env, request_timeout_s=30.0
         ) as client:
             context_tokens = await _preflight(client, spec, state)
             metrics_url = sim.metrics_url if sim is not None else await _engine_metrics(client)
-        workload = build_workload(spec, spec_path=opts.spec_path, context_tokens=context_tokens)
+        workload = build_workload(
+            spec,
+            trace_file=loaded.trace_file,
+            context_tokens=(
+                context_tokens if context_tokens is not None else geometry.max_position_embeddings
+            ),
+        )
         generator = LoadGenerator(
             spec.engine,
             workload,
@@ -404,11 +412,11 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             sampler.start()
             if eff_a is not None:
                 progress.phase("accuracy", f"{eff_a.name}: {eff_a.limit} questions x {eff_a.seeds}")
-                suite_path = resolve_relative(opts.spec_path, eff_a.suite)
+                assert loaded.suite_file is not None  # resolved with the accuracy section
                 state.accuracy = await run_accuracy(
                     gen.client,
                     eff_a,
-                    load_suite(suite_path),
+                    load_suite(loaded.suite_file),
                     suite_path=eff_a.suite,
                     meaningful=not state.simulated,
                     progress=progress.accuracy,

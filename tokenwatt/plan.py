@@ -44,7 +44,7 @@ from tokenwatt.figures import search_phases
 from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.base import StrictModel
 from tokenwatt.schema.run import ProbeRecord
-from tokenwatt.schema.spec import Spec, SweepStrategy
+from tokenwatt.schema.spec import LoadedSpec, Spec, SweepStrategy
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import settings_from_spec
 from tokenwatt.sim.virtual import VirtualServer
@@ -59,6 +59,7 @@ __all__ = [
     "run_trial",
     "true_capacity",
     "with_seed",
+    "with_spec",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,24 +72,44 @@ _TRUTH_SEED_BASE = 7000
 _TRUTH_VERSION = 1
 
 
-def engine_config(spec: Spec, spec_path: Path) -> EngineConfig:
+def engine_config(loaded: LoadedSpec) -> EngineConfig:
     """The simulated engine a spec describes (``engine.sim``, its model and parallelism).
 
     Raises:
         InputError: the spec names no simulated engine (``engine.endpoint: sim`` or an
             ``engine.sim`` section), or one that cannot hold the model.
     """
+    spec = loaded.spec
     if spec.engine.endpoint != "sim" and spec.engine.sim is None:
         raise InputError(
-            f"{spec_path}: engine.sim is not set: tokenwatt plan needs to know which GPU and"
+            f"{loaded.path}: engine.sim is not set: tokenwatt plan needs to know which GPU and"
             " engine settings to simulate (add an engine.sim section, e.g. gpu: h100-sxm)"
         )
-    return settings_from_spec(spec, spec_path).build()
+    return settings_from_spec(loaded).build()
 
 
-def with_seed(spec: Spec, seed: int) -> Spec:
-    """The spec with another workload seed."""
-    return spec.model_copy(update={"workload": spec.workload.model_copy(update={"seed": seed})})
+def with_spec(loaded: LoadedSpec, spec: Spec) -> LoadedSpec:
+    """The loaded spec with its spec replaced (its files stay as they were resolved)."""
+    return loaded.model_copy(update={"spec": spec})
+
+
+def with_seed(loaded: LoadedSpec, seed: int) -> LoadedSpec:
+    """The loaded spec with another workload seed."""
+    spec = loaded.spec
+    return with_spec(
+        loaded,
+        spec.model_copy(update={"workload": spec.workload.model_copy(update={"seed": seed})}),
+    )
+
+
+def _server(loaded: LoadedSpec, config: EngineConfig, request_timeout_s: float) -> VirtualServer:
+    spec = loaded.spec
+    workload = build_workload(
+        spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
+    )
+    return VirtualServer(
+        config, workload, request_timeout_s=request_timeout_s, ignore_eos=spec.engine.ignore_eos
+    )
 
 
 @dataclass(frozen=True)
@@ -117,20 +138,15 @@ class PlanTrial:
 
 
 def run_trial(
-    spec: Spec, spec_path: Path, config: EngineConfig, *, seed: int, quick: bool = False
+    loaded: LoadedSpec, config: EngineConfig, *, seed: int, quick: bool = False
 ) -> PlanTrial:
     """Run the spec's sweep once in virtual time, with workload seed ``seed``."""
     from tokenwatt.measure import effective_settings  # measure imports the load generator
 
-    seeded = with_seed(spec, seed)
-    measurement, sweep, _ = effective_settings(seeded, quick=quick)
-    workload = build_workload(seeded, spec_path=spec_path, context_tokens=config.max_model_len)
-    server = VirtualServer(
-        config,
-        workload,
-        request_timeout_s=float(measurement.request_timeout_s),
-        ignore_eos=spec.engine.ignore_eos,
-    )
+    seeded = with_seed(loaded, seed)
+    spec = seeded.spec
+    measurement, sweep, _ = effective_settings(spec, quick=quick)
+    server = _server(seeded, config, float(measurement.request_timeout_s))
     strategy = make_strategy(sweep, measurement, spec.slo)
     probes: list[ProbeRecord] = []
     seconds: list[float] = []
@@ -209,8 +225,7 @@ def _cache_dir() -> Path:
 
 
 def true_capacity(
-    spec: Spec,
-    spec_path: Path,
+    loaded: LoadedSpec,
     config: EngineConfig,
     *,
     bracket_rps: tuple[float, float],
@@ -226,6 +241,7 @@ def true_capacity(
     ``bracket_rps`` is where to start; it is widened until its low end passes and its high end
     fails.
     """
+    spec = loaded.spec
     key = _truth_key(spec, config, window_s, warmup_s, seeds)
     path = _cache_dir() / "truth" / f"{key}.json"
     if cache and path.is_file():
@@ -239,16 +255,8 @@ def true_capacity(
         ttft: list[float] = []
         tpot: list[float] = []
         for s in range(seeds):
-            seeded = with_seed(spec, _TRUTH_SEED_BASE + s)
-            workload = build_workload(
-                seeded, spec_path=spec_path, context_tokens=config.max_model_len
-            )
-            server = VirtualServer(
-                config,
-                workload,
-                request_timeout_s=float(spec.measurement.request_timeout_s),
-                ignore_eos=spec.engine.ignore_eos,
-            )
+            seeded = with_seed(loaded, _TRUTH_SEED_BASE + s)
+            server = _server(seeded, config, float(spec.measurement.request_timeout_s))
             record = server.probe(
                 index=0,
                 phase="search",
@@ -347,8 +355,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def plan(
-    spec: Spec,
-    spec_path: Path,
+    loaded: LoadedSpec,
     *,
     trials: int,
     strategy: SweepStrategy | None = None,
@@ -360,14 +367,16 @@ def plan(
     """Run ``trials`` virtual sweeps of a spec and summarise them (see the module docstring)."""
     if trials < 1:
         raise InputError("--trials must be at least 1")
+    spec = loaded.spec
     if strategy is not None:
         spec = spec.model_copy(
             update={"sweep": spec.sweep.model_copy(update={"strategy": strategy})}
         )
-    config = engine_config(spec, spec_path)
+        loaded = with_spec(loaded, spec)
+    config = engine_config(loaded)
     runs: list[PlanTrial] = []
     for t in range(trials):
-        trial = run_trial(spec, spec_path, config, seed=spec.workload.seed + t, quick=quick)
+        trial = run_trial(loaded, config, seed=spec.workload.seed + t, quick=quick)
         runs.append(trial)
         if progress is not None:
             progress(trial)
@@ -377,8 +386,7 @@ def plan(
     if truth and estimates:
         centre = statistics.median(estimates)
         truth_rps = true_capacity(
-            spec,
-            spec_path,
+            loaded,
             config,
             bracket_rps=(centre * 0.9, centre * 1.1),
             progress=truth_progress,
@@ -415,7 +423,7 @@ def plan(
     lows = [ci[0] for ci in bounded]
     highs = [ci[1] for ci in bounded]
     return PlanSummary(
-        spec=str(spec_path),
+        spec=str(loaded.path),
         strategy="rates" if spec.sweep.rates is not None else spec.sweep.strategy,
         trials=trials,
         quick=quick,

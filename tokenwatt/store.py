@@ -5,6 +5,10 @@ one :class:`~tokenwatt.errors.InputError` that names the file, the field path an
 Writes are atomic (temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C
 never leaves a half-written file, and a file is never written if it would contain the value of a
 secret environment variable the spec names.
+
+A spec is the one file that names other files (``model.config``, ``workload.trace``,
+``accuracy.suite``): :func:`load_spec` resolves each of them here, once, and checks that it
+exists, so the rest of tokenwatt reads resolved paths and never resolves a path itself.
 """
 
 from __future__ import annotations
@@ -25,12 +29,11 @@ from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError
 from tokenwatt.schema.base import RUN_KIND, SCHEMA_VERSION
 from tokenwatt.schema.result import ResultFile
 from tokenwatt.schema.run import RunFile
-from tokenwatt.schema.spec import Spec
+from tokenwatt.schema.spec import BUILTIN_WORKLOADS, LoadedSpec, Spec
 
 __all__ = [
     "FileKind",
     "atomic_write_text",
-    "check_spec_files",
     "detect_kind",
     "dump_result",
     "dump_run",
@@ -42,6 +45,7 @@ __all__ = [
     "load_spec",
     "read_mapping",
     "resolve_relative",
+    "resolve_spec_files",
     "resolve_spec_path",
     "save_result",
     "save_run",
@@ -274,34 +278,46 @@ def _check_version(path: Path, kind: FileKind, data: dict[str, Any]) -> None:
         )
 
 
-def check_spec_files(spec: Spec, path: Path) -> None:
-    """Check that the files a spec file names exist (relative paths: see :func:`resolve_relative`).
+def _named_file(path: Path, field: str, value: str) -> Path:
+    resolved = resolve_relative(path, value)
+    if not resolved.is_file():
+        raise SpecError(f"{path}: invalid spec: {field}: file not found: {resolved}")
+    return resolved
+
+
+def _trace_file(spec: Spec, path: Path) -> Path | None:
+    trace = spec.workload.trace
+    if trace in BUILTIN_WORKLOADS:
+        return None
+    resolved = resolve_relative(path, trace)
+    if resolved.is_file() or "/" in trace or "." in trace:
+        return _named_file(path, "workload.trace", trace)
+    raise SpecError(
+        f"{path}: invalid spec: workload.trace: {trace!r} is neither a built-in workload"
+        f" ({', '.join(BUILTIN_WORKLOADS)}) nor a trace file"
+    )
+
+
+def resolve_spec_files(spec: Spec, path: Path) -> LoadedSpec:
+    """The spec with every file it names resolved (see :func:`resolve_relative`) and checked.
 
     Raises:
         SpecError: naming the spec, the field and the path looked for.
     """
-    named = {"model.config": spec.model.config}
-    if spec.accuracy is not None:
-        named["accuracy.suite"] = spec.accuracy.suite
-    if spec.workload.trace != "chat-mix-v1" and (
-        "/" in spec.workload.trace or "." in spec.workload.trace
-    ):
-        named["workload.trace"] = spec.workload.trace
-    for field, value in named.items():
-        if value is None:
-            continue
-        resolved = resolve_relative(path, value)
-        if not resolved.is_file():
-            raise SpecError(f"{path}: invalid spec: {field}: file not found: {resolved}")
+    model, accuracy = spec.model, spec.accuracy
+    return LoadedSpec(
+        spec=spec,
+        path=path,
+        config_file=_named_file(path, "model.config", model.config) if model.config else None,
+        trace_file=_trace_file(spec, path),
+        suite_file=_named_file(path, "accuracy.suite", accuracy.suite) if accuracy else None,
+    )
 
 
-def load_spec(path: Path, *, check_files: bool = True) -> Spec:
-    """Load and validate a spec file (YAML or JSON) and, by default, the files it names."""
+def load_spec(path: Path) -> LoadedSpec:
+    """Load and validate a spec file (YAML or JSON), resolving and checking the files it names."""
     data = read_mapping(path, error=SpecError)
-    spec = _validate(path, "spec", data, Spec)
-    if check_files:
-        check_spec_files(spec, path)
-    return spec
+    return resolve_spec_files(_validate(path, "spec", data, Spec), path)
 
 
 def load_run(path: Path) -> RunFile:
@@ -327,7 +343,7 @@ def load_any(path: Path) -> tuple[FileKind, BaseModel]:
     _check_version(path, kind, data)
     model = _validate(path, kind, data, _MODEL[kind])
     if isinstance(model, Spec):
-        check_spec_files(model, path)
+        resolve_spec_files(model, path)
     return kind, model
 
 

@@ -94,8 +94,7 @@ def test_a_wrong_model_name_fails_every_question_and_scores_zero(vllm_server, re
 
 def test_against_the_simulator_is_marked_not_meaningful(repo):
     settings = SimSettings(
-        gpu="h100-sxm",
-        model_config=repo / "specs/models/Qwen__Qwen3-8B/config.json",
+        config_file=repo / "specs/models/Qwen__Qwen3-8B/config.json",
         served_model_name="Qwen/Qwen3-8B",
     )
     with launch(settings) as sim:

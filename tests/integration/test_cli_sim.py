@@ -15,8 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tokenwatt.cli import main
+from tokenwatt.cli import build_parser, main
+from tokenwatt.cli.sim import settings_from_args
 from tokenwatt.errors import EndpointError
+from tokenwatt.schema.spec import GeometryOverrides, SimSpec
 from tokenwatt.sim.launch import SimSettings, launch, launch_for_spec, settings_from_spec
 from tokenwatt.store import load_spec
 
@@ -96,17 +98,17 @@ def test_cli_serves_the_example_spec_until_interrupted(repo: Path):
 
 
 def test_launch_for_spec(repo: Path):
-    spec_path = repo / EXAMPLE
-    spec = load_spec(spec_path)
-    settings = settings_from_spec(spec, spec_path)
-    assert settings.model_config == (
+    loaded = load_spec(repo / EXAMPLE)
+    settings = settings_from_spec(loaded)
+    assert settings.config_file == (
         repo / "specs" / "models" / "Qwen__Qwen3-30B-A3B-FP8" / "config.json"
     )
     assert settings.weight_dtype == "fp8"
     assert settings.served_model_name == "Qwen/Qwen3-30B-A3B-FP8"
-    with launch_for_spec(spec, spec_path) as sim:
+    with launch_for_spec(loaded) as sim:
         assert sim.base_url.endswith("/v1")
-        assert httpx.get(sim.base_url + "/models").json()["data"][0]["id"] == spec.engine.model
+        models = httpx.get(sim.base_url + "/models").json()
+        assert models["data"][0]["id"] == loaded.spec.engine.model
         assert "DCGM_FI_DEV_POWER_USAGE" in httpx.get(sim.metrics_url).text
         pid = sim.pid
     assert pid is not None
@@ -116,7 +118,7 @@ def test_launch_for_spec(repo: Path):
 
 def test_launch_reports_a_child_that_cannot_start(shared: Path):
     settings = SimSettings(
-        model_config=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json"
+        config_file=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json"
     )
     with pytest.raises(EndpointError, match="cannot listen") as info:
         launch(settings, host="192.0.2.1", startup_timeout_s=20)
@@ -125,7 +127,7 @@ def test_launch_reports_a_child_that_cannot_start(shared: Path):
 
 def test_child_exits_when_its_parent_goes(shared: Path):
     settings = SimSettings(
-        model_config=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json"
+        config_file=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json"
     )
     sim = launch(settings)
     try:
@@ -136,3 +138,53 @@ def test_child_exits_when_its_parent_goes(shared: Path):
         assert child.wait(timeout=15) == 0
     finally:
         sim.stop()
+
+
+def test_the_child_gets_its_settings_as_one_json_document(shared: Path):
+    settings = SimSettings(
+        config_file=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        kv_dtype="fp8",
+        sim=SimSpec(gpu="h200", max_num_seqs=7),
+    )
+    with launch(settings) as sim:
+        argv = Path(f"/proc/{sim.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--gpu" not in argv
+        document = argv[argv.index(b"--settings-json") + 1]
+        assert SimSettings.model_validate_json(document) == settings.for_child()
+        version = httpx.get(sim.url + "/version").json()
+        assert version["kv_dtype"] == "fp8"
+        assert "H200" in version["gpu"]
+
+
+def test_settings_json_then_options_on_top(tmp_path: Path):
+    document = SimSettings(
+        config_file=tmp_path / "config.json",
+        tensor_parallel=2,
+        sim=SimSpec(gpu="h200", max_num_seqs=7),
+        geometry=GeometryOverrides(max_position_embeddings=1024),
+    )
+    parse = build_parser().parse_args
+    assert settings_from_args(parse(["sim", "--settings-json", document.model_dump_json()])) == (
+        document
+    )
+    args = parse(
+        [
+            "sim",
+            "--settings-json",
+            document.model_dump_json(),
+            "--gpu",
+            "l40s",
+            "--max-num-seqs",
+            "3",
+        ]
+    )
+    assert settings_from_args(args) == document.model_copy(
+        update={"sim": SimSpec(gpu="l40s", max_num_seqs=3)}
+    )
+
+
+def test_a_bad_settings_document_is_exit_2_naming_the_field(capsys):
+    assert main(["sim", "--settings-json", '{"tensor_parallel": 0}']) == 2
+    assert "--settings-json: tensor_parallel" in capsys.readouterr().err
+    assert main(["sim", "--settings-json", '{"gpus": "h100-sxm"}']) == 2
+    assert "gpus" in capsys.readouterr().err

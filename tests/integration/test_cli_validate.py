@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,17 +22,17 @@ def write_yaml(path: Path, data: object) -> Path:
     return path
 
 
-def seed_with(seed_path: Path, change) -> dict:
-    data = json.loads(seed_path.read_text(encoding="utf-8"))
+def seed_with(seed_path: Path, change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(seed_path.read_text(encoding="utf-8"))
     change(data)
     return data
 
 
-def good_run() -> dict:
+def good_run() -> dict[str, Any]:
     return dump_run(factories.run())
 
 
-def _set(data: dict, dotted: str, value: object) -> dict:
+def _set(data: dict[str, Any], dotted: str, value: object) -> dict[str, Any]:
     node = data
     *parents, last = dotted.split(".")
     for key in parents:
@@ -39,7 +41,7 @@ def _set(data: dict, dotted: str, value: object) -> dict:
     return data
 
 
-def _del(data: dict, dotted: str) -> dict:
+def _del(data: dict[str, Any], dotted: str) -> dict[str, Any]:
     node = data
     *parents, last = dotted.split(".")
     for key in parents:

@@ -49,6 +49,8 @@ async def test_timings_follow_the_server_delays(nginx_sse, transport):
     ) as client:
         result = await client.generate(request(n_out=11))
     assert result.ok
+    assert result.ttft_ms is not None
+    assert result.tpot_ms is not None
     assert 80 <= result.ttft_ms < 200
     # 10 gaps of 15 ms; on a busy 2-core box a late read of the first token shortens the rest
     assert 13.5 <= result.tpot_ms < 40
@@ -71,7 +73,7 @@ async def test_no_silent_cap_on_open_streams(nginx_sse):
         elapsed = time.monotonic() - start
     assert all(r.ok for r in results)
     assert elapsed < 2.5
-    assert min(r.ttft_ms for r in results) >= 1000
+    assert all(r.ttft_ms is not None and r.ttft_ms >= 1000 for r in results)
 
 
 async def test_long_output_is_not_throttled(nginx_sse):

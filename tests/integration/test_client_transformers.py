@@ -55,6 +55,7 @@ async def test_chat_stream_without_done(transformers_server, transport):
         assert r.t_first_ns is not None
         assert r.content_events <= r.output_tokens
         assert r.usage_mismatch == (r.content_events != r.output_tokens)
+        assert r.ttft_ms is not None
         assert 0 < r.ttft_ms <= r.e2e_ms
 
 
@@ -67,7 +68,9 @@ async def test_role_chunk_is_not_the_first_token(transformers_server):
     """
     spec = spec_for(transformers_server, {"input_tokens": 1500, "output_tokens": 2, "seed": 4})
     work = build_workload(spec, context_tokens=4096)
-    role_ms, text_ms, ours_ms = [], [], []
+    role_ms: list[float] = []
+    text_ms: list[float] = []
+    ours_ms: list[float] = []
     async with OpenAIClient(spec.engine) as client, httpx.AsyncClient(timeout=60) as raw:
         for i in range(3):
             req = work.request(i)
@@ -87,6 +90,7 @@ async def test_role_chunk_is_not_the_first_token(transformers_server):
                         text_ms.append(elapsed_ms)
             result = await client.generate(req)
             assert result.status == "ok", result.error
+            assert result.ttft_ms is not None
             ours_ms.append(result.ttft_ms)
     role, text = statistics.median(role_ms), statistics.median(text_ms)
     assert text - role > 10, (role_ms, text_ms)  # the two events are apart
@@ -129,6 +133,8 @@ async def test_probe_against_transformers_serve(transformers_server):
     assert record.output_length_violations == 0
     assert 0 < record.output_tokens <= 12 * record.window_requests
     assert record.ttft_ms.count == record.window_requests
+    assert record.e2e_ms.p50 is not None
+    assert record.ttft_ms.p50 is not None
     assert record.e2e_ms.p50 >= record.ttft_ms.p50 > 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import anyio
 import yaml
@@ -12,7 +13,7 @@ from tokenwatt import policy, store
 from tokenwatt.cli import main
 from tokenwatt.demo import DemoPaths, DemoRun, build_site, run_demo
 
-TINY = {
+TINY: dict[str, Any] = {
     "hardware": {"adapter": "none", "host": "test"},
     "engine": {
         "endpoint": "sim",

@@ -33,6 +33,7 @@ import pytest
 
 from tests.connpolicy import POLICIES, Policy, Sample, completion_request, run_side_by_side
 from tokenwatt.metrics import latency_stats
+from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.launch import SimProcess, SimSettings, launch
 
 PROMPT_TOKENS = 64
@@ -43,8 +44,8 @@ MAX_SLOWER_THAN_FRESH_P90 = 0.25
 @pytest.fixture(scope="module")
 def sim(repo: Path) -> Iterator[SimProcess]:
     settings = SimSettings(
-        gpu="h100-sxm",
-        model_config=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        sim=SimSpec(gpu="h100-sxm"),
+        config_file=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
         served_model_name="qwen3-8b",
     )
     with launch(settings) as proc:

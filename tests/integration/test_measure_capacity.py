@@ -46,10 +46,10 @@ class Truth:
     """Virtual-time ground truth for the spec's probes."""
 
     def __init__(self, repo: Path) -> None:
-        path = repo / SPEC
-        self.spec = load_spec(path)
-        self.config = settings_from_spec(self.spec, path).build()
-        self.workload = build_workload(self.spec, spec_path=path, context_tokens=4096)
+        loaded = load_spec(repo / SPEC)
+        self.spec = loaded.spec
+        self.config = settings_from_spec(loaded).build()
+        self.workload = build_workload(self.spec, trace_file=loaded.trace_file, context_tokens=4096)
         self.slo_ms = self.spec.slo.ttft_p99_ms
 
     def p99_ttft_ms(self, rate_rps: float, *, warmup_s: float, window_s: float, stream: int = 0):
@@ -117,7 +117,7 @@ def test_confirmed_rate_is_within_the_bisection_resolution(repo, tmp_path, truth
     data["sweep"]["early_stop"] = early_stop
     spec = write_spec(tmp_path / "spec.yaml", data)
     out = tmp_path / "runs" / "capacity.json"
-    done = run_measure(measure_argv(spec, out), cwd=repo, timeout_s=180)
+    done = run_measure(measure_argv(spec, out), cwd=repo)
     assert done.returncode == 0, done.stderr[-3000:]
     assert files_in(out.parent) == ["capacity.json"]
     run = load_valid_run(out, cwd=repo)
@@ -126,20 +126,35 @@ def test_confirmed_rate_is_within_the_bisection_resolution(repo, tmp_path, truth
 
     m = run.effective
     r_star = truth.boundary_rps(warmup_s=float(m.warmup_s), window_s=float(m.search_window_s))
-    search = [p for p in run.probes if p.phase in ("search", "bisect")]
-    assert len(search) == 4  # 15 -> 18 (growth 1.2), then two bisections
+    # A client-bound probe (send lag on a busy machine) fails whatever the simulator did, and
+    # the sweep follows that verdict: what rests on the simulator's verdicts is asserted when
+    # the probes it rests on were not client-bound; the sweep's own arithmetic always.
+    verdicts = [(p.phase, p.rate_rps, p.slo_pass, p.client_bound) for p in run.probes]
+    growth = [p for p in run.probes if p.phase == "search"]
+    bisect = [p for p in run.probes if p.phase == "bisect"]
+    search = growth + bisect
+    harness_bound = any(p.client_bound for p in search)
+    assert growth[0].rate_rps == 15.0
+    if not harness_bound:
+        assert [p.rate_rps for p in growth] == [15.0, 18.0], verdicts  # growth 1.2, then a fail
+    assert len(bisect) == 2, verdicts
     lo = max(p.rate_rps for p in search if p.slo_pass)
     hi = min(p.rate_rps for p in search if not p.slo_pass and p.rate_rps > lo)
     resolution = hi - lo
-    assert resolution == pytest.approx((18.0 - 15.0) / 4)  # the bracket after two bisections
-    # the search bracketed the true boundary
-    assert lo - TOLERANCE_RPS <= r_star <= hi + TOLERANCE_RPS, (lo, r_star, hi)
+    # the bracket after two bisections: a quarter of the one the growth steps found
+    assert resolution == pytest.approx(abs(growth[-1].rate_rps - growth[-2].rate_rps) / 4)
+    # the search bracketed the true boundary (a pass is the simulator's; a fail may be not)
+    assert lo - TOLERANCE_RPS <= r_star, (lo, r_star, hi)
+    if not harness_bound:
+        assert r_star <= hi + TOLERANCE_RPS, (lo, r_star, hi)
     outcome = run.outcome
     assert outcome is not None
     confirmed = outcome.confirmed_rate_rps
-    assert confirmed is not None, [(p.rate_rps, p.slo_pass) for p in run.probes]
-    assert abs(confirmed - r_star) <= resolution + TOLERANCE_RPS, (confirmed, r_star)
-    assert confirmed <= lo  # the found rate, or below it after a back-off
+    if not any(p.client_bound for p in run.probes):
+        assert confirmed is not None, verdicts
+        assert abs(confirmed - r_star) <= resolution + TOLERANCE_RPS, (confirmed, r_star)
+    if confirmed is not None:
+        assert confirmed <= lo  # the found rate, or below it after a back-off
 
     # every probe clearly on one side of the bound got the virtual engine's verdict
     for probe in run.probes:
@@ -159,6 +174,6 @@ def test_confirmed_rate_is_within_the_bisection_resolution(repo, tmp_path, truth
             assert probe.ttft_ms.p99 > truth.slo_ms
         if not early_stop:
             assert probe.early_stop is None
-    if early_stop:
+    if early_stop and not harness_bound:  # the search went past the bound: 18 req/s
         assert any(p.early_stop is not None for p in run.probes)
     assert all(not p.slo_pass for p in run.probes if p.early_stop is not None)

@@ -29,9 +29,9 @@ WARMUP_S, WINDOW_S = 1.0, 4.0
 
 @pytest.fixture(scope="module")
 def capacity(repo: Path):
-    spec = load_spec(repo / SPEC)
-    with launch(settings_from_spec(spec, repo / SPEC)) as sim:
-        yield spec, sim
+    loaded = load_spec(repo / SPEC)
+    with launch(settings_from_spec(loaded)) as sim:
+        yield loaded.spec, sim
 
 
 async def _probe(
@@ -46,7 +46,7 @@ async def _probe(
     **generator,
 ):
     spec, sim = capacity
-    work = build_workload(spec, spec_path=SPEC, context_tokens=4096)
+    work = build_workload(spec, context_tokens=4096)
     async with LoadGenerator(spec.engine, work, base_url=sim.base_url, **generator) as gen:
         t0 = time.monotonic()
         record = await gen.probe(

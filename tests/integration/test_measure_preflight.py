@@ -33,8 +33,7 @@ SERVED = "served-model"
 def sim(repo: Path):
     """A simulator on its own, serving a small model as "served-model"."""
     settings = SimSettings(
-        gpu="h100-sxm",
-        model_config=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        config_file=repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json",
         served_model_name=SERVED,
     )
     with launch(settings) as running:

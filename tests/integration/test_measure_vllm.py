@@ -37,7 +37,7 @@ def _spec(repo: Path, tmp_path: Path, vllm_server, **engine: object) -> Path:
 def test_quick_run_end_to_end(repo, tmp_path, vllm_server):
     spec = _spec(repo, tmp_path, vllm_server)
     out = tmp_path / "runs" / "vllm.json"
-    done = run_measure(measure_argv(spec, out, "--quick"), cwd=repo, timeout_s=180)
+    done = run_measure(measure_argv(spec, out, "--quick"), cwd=repo)
     assert done.returncode == 0, done.stderr[-3000:]
     assert files_in(out.parent) == ["vllm.json"]
     run = load_valid_run(out, cwd=repo)
@@ -52,7 +52,13 @@ def test_quick_run_end_to_end(repo, tmp_path, vllm_server):
     explicit = [p for p in run.probes if p.phase == "rates"]
     assert [p.rate_rps for p in explicit] == [1.0, 2.0]
     for probe in run.probes:
-        assert probe.window_requests > 0
+        if probe.window_requests == 0:
+            # A client-bound probe is re-run with more workers on a fresh stream of requests,
+            # whose few-second window at 1-2 req/s may hold no arrival: such a probe measured
+            # nothing, and never passes. A first run's stream (its index) always has some.
+            assert probe.workers > 1
+            assert not probe.slo_pass
+            continue
         assert probe.failed == 0, probe.failure_examples
         assert probe.output_tokens == 16 * probe.ok  # ignore_eos honoured, usage counted
         assert probe.approximate_output_tokens == 0
@@ -64,6 +70,7 @@ def test_quick_run_end_to_end(repo, tmp_path, vllm_server):
             assert not probe.slo_pass
         else:
             assert probe.slo_pass  # the SLO is lenient: only the harness could fail it
+    assert any(p.window_requests > 0 for p in run.probes)
     outcome = run.outcome
     assert outcome is not None
     passing = [p.rate_rps for p in explicit if p.slo_pass]

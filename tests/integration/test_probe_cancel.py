@@ -64,6 +64,8 @@ def test_ctrl_c_stops_within_a_second(nginx_sse, repo, workers):
         start_new_session=True,  # its own process group, like a terminal's foreground job
     ) as proc:
         try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
             assert proc.stdout.readline().strip() == "started"
             time.sleep(1.5)  # warm-up under way, hundreds of streams open
             kids = children(proc.pid)

@@ -7,7 +7,7 @@ import pytest
 
 from tests import factories
 from tests.peers import free_port
-from tokenwatt.load.probe import LoadGenerator, run_probe
+from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
@@ -57,7 +57,9 @@ async def test_failed_requests_count_as_infinite_latency(fault_server, fault, ca
     # inf survives the run file's JSON as "Infinity"
     text = record.model_dump_json()
     assert '"p99":"Infinity"' in text
-    assert math.isinf(ProbeRecord.model_validate_json(text).ttft_ms.p99)
+    p99 = ProbeRecord.model_validate_json(text).ttft_ms.p99
+    assert p99 is not None
+    assert math.isinf(p99)
 
 
 async def test_stalled_server_times_out_and_the_drain_ends(fault_server):
@@ -76,11 +78,18 @@ async def test_down_server(fault_server):
     assert not record.slo_pass
 
 
-async def test_run_probe_convenience(fault_server):
+async def test_probe_records_its_index_and_phase(fault_server):
     spec, work = setup(fault_server.base_url("ok"))
-    record = await run_probe(
-        spec, work, index=5, phase="rates", rate_rps=20.0, warmup_s=0.0, window_s=1.0, workers=1
-    )
+    async with LoadGenerator(
+        spec.engine,
+        work,
+        request_timeout_s=float(spec.measurement.request_timeout_s),
+        max_concurrency=spec.measurement.max_concurrency,
+        workers=1,
+    ) as gen:
+        record = await gen.probe(
+            index=5, phase="rates", rate_rps=20.0, warmup_s=0.0, window_s=1.0, slo=spec.slo
+        )
     assert record.index == 5
     assert record.phase == "rates"
     assert record.failed == 0

@@ -31,6 +31,8 @@ async def test_probe_against_vllm(vllm_server):
     # sampled from vLLM's own gauge (4 per second; short requests may all fall between samples)
     assert record.running_batch_mean is not None
     assert record.running_batch_mean >= 0
+    assert record.ttft_ms.p50 is not None
+    assert record.e2e_ms.p50 is not None
     assert record.ttft_ms.p50 > 0
     assert record.e2e_ms.p50 >= record.ttft_ms.p50
     # TPOT can be 0 here: on a starved 2-core box vLLM (or the reader) delivers the 32 tokens in

@@ -23,8 +23,7 @@ MODEL = "qwen3-moe"
 @pytest.fixture(scope="module")
 def sim(shared: Path) -> Iterator[SimProcess]:
     settings = SimSettings(
-        gpu="h100-sxm",
-        model_config=shared / "data" / "models" / "Qwen__Qwen3-30B-A3B-FP8" / "config.json",
+        config_file=shared / "data" / "models" / "Qwen__Qwen3-30B-A3B-FP8" / "config.json",
         kv_dtype="bf16",
         served_model_name=MODEL,
     )
@@ -283,7 +282,7 @@ def test_decode_pace_is_the_simulated_step_time(
 
 def test_stop_ends_the_process(shared: Path):
     settings = SimSettings(
-        model_config=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json"
+        config_file=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json"
     )
     proc = launch(settings)
     url = proc.url
@@ -300,7 +299,7 @@ def test_stop_ends_the_process(shared: Path):
 def test_power_cap_shows_as_sw_power_cap(shared: Path):
     """A low board limit: prefill steps hit it, clocks drop, dcgm's reason field says 0x4."""
     settings = SimSettings(
-        model_config=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json",
+        config_file=shared / "data" / "models" / "Qwen__Qwen3-8B" / "config.json",
         sim=SimSpec(power_limit_w=330),
     )
     with launch(settings) as sim, httpx.Client(timeout=60) as client:

@@ -27,15 +27,17 @@ RATE, WARMUP_S, WINDOW_S, STREAM = 6.0, 5.0, 15.0, 7
 
 
 async def test_a_virtual_probe_matches_the_same_probe_in_real_time(repo: Path):
-    path = repo / SPEC
-    spec = load_spec(path)
-    config = engine_config(spec, path)
-    workload = build_workload(spec, spec_path=path, context_tokens=config.max_model_len)
+    loaded = load_spec(repo / SPEC)
+    spec = loaded.spec
+    config = engine_config(loaded)
+    workload = build_workload(
+        spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
+    )
     virtual = VirtualServer(config, workload, request_timeout_s=120).probe(
         index=STREAM, phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S,
         slo=spec.slo,
     ).record  # fmt: skip
-    with launch(settings_from_spec(spec, path)) as sim:
+    with launch(settings_from_spec(loaded)) as sim:
         async with LoadGenerator(
             spec.engine, workload, base_url=sim.base_url, request_timeout_s=120, workers=1
         ) as gen:

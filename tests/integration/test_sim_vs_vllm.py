@@ -40,8 +40,7 @@ REQUIRED = {
 def pair(vllm_server, shared: Path) -> Iterator[tuple[str, str]]:
     """(vLLM root URL, simulator root URL), both serving a model called "tiny" of 4,096 tokens."""
     settings = SimSettings(
-        gpu="h100-sxm",
-        model_config=shared / "data" / "models" / "meta-llama__Llama-3.1-8B" / "config.json",
+        config_file=shared / "data" / "models" / "meta-llama__Llama-3.1-8B" / "config.json",
         served_model_name="tiny",
         sim=SimSpec(max_model_len=4096),
     )

@@ -9,7 +9,8 @@ import pytest
 
 from tests import factories
 from tokenwatt.adaptive import MAX_REFINE, AdaptiveSweep
-from tokenwatt.plan import engine_config, run_trial
+from tokenwatt.plan import engine_config, run_trial, with_spec
+from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
 from tokenwatt.store import load_spec
 from tokenwatt.sweep import Sweep, make_strategy
@@ -19,9 +20,12 @@ DEMO = REPO / "specs" / "demo-sim.spec.yaml"
 
 
 def adaptive_spec(**sweep):
-    spec = load_spec(DEMO)
+    loaded = load_spec(DEMO)
+    spec = loaded.spec
     update = {"strategy": "adaptive", **sweep}
-    return spec.model_copy(update={"sweep": spec.sweep.model_copy(update=update)})
+    return with_spec(
+        loaded, spec.model_copy(update={"sweep": spec.sweep.model_copy(update=update)})
+    )
 
 
 def test_make_strategy_follows_the_spec():
@@ -33,8 +37,9 @@ def test_make_strategy_follows_the_spec():
 
 
 def test_an_adaptive_sweep_brackets_refines_then_confirms_within_its_budget():
-    spec = adaptive_spec(budget_s=400)
-    trial = run_trial(spec, DEMO, engine_config(spec, DEMO), seed=3)
+    loaded = adaptive_spec(budget_s=400)
+    spec = loaded.spec
+    trial = run_trial(loaded, engine_config(loaded), seed=3)
     phases = [p.phase for p in trial.probes]
     # In order: search probes, then refinement, then confirmation.
     assert phases == sorted(phases, key=["search", "refine", "confirm"].index)
@@ -78,8 +83,8 @@ def _synthetic_probe(index: int, plan, *, n: int = 4000):
     )  # fmt: skip
 
 
-def _drive(sweep: AdaptiveSweep) -> list:
-    probes = []
+def _drive(sweep: AdaptiveSweep) -> list[ProbeRecord]:
+    probes: list[ProbeRecord] = []
     while (plan := sweep.next()) is not None:
         probe = _synthetic_probe(len(probes), plan)
         probes.append(probe)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -22,7 +23,7 @@ SLO = SloSpec(ttft_p99_ms=1000.0, tpot_p99_ms=40.0)
 LOGIT_01 = math.log(0.01 / 0.99)
 
 
-def table(tpot: list[float | None], *, status: list[str] | None = None, ttft: float = 100.0):
+def table(tpot: Sequence[float | None], *, status: list[str] | None = None, ttft: float = 100.0):
     return factories.request_table(tpot, status=status, ttft_ms=ttft)
 
 
@@ -74,7 +75,9 @@ def test_fieller_interval_by_hand():
     # 15.96 x^2 - 16 x + 3.84 <= 0: x = (16 -+ sqrt(256 - 245.1456)) / 31.92
     import numpy as np
 
-    low, high = capacity._fieller(LOGIT_01 - 2.0, 4.0, np.array([[0.04, 0.0], [0.0, 0.01]]), 4.0)
+    interval = capacity._fieller(LOGIT_01 - 2.0, 4.0, np.array([[0.04, 0.0], [0.0, 0.01]]), 4.0)
+    assert interval is not None
+    low, high = interval
     root = math.sqrt(256.0 - 4 * 15.96 * 3.84)
     assert low == pytest.approx((16.0 - root) / 31.92, rel=1e-12)
     assert high == pytest.approx((16.0 + root) / 31.92, rel=1e-12)

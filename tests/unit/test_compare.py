@@ -98,7 +98,9 @@ def test_welch_interval_by_hand():
     # means 11 and 9, sample variances 1 and 1, n = 3: se = sqrt(2/3) = 0.8164966,
     # Welch df = (2/3)^2 / ((1/3)^2/2 * 2) = 4, t(0.975, 4) = 2.7764451
     # CI = 2 +- 2.2669579 -> (-0.2669579, 4.2669579) / 9 * 100
-    low, high, p = confidence_interval([10.0, 11.0, 12.0], [8.0, 9.0, 10.0])
+    interval = confidence_interval([10.0, 11.0, 12.0], [8.0, 9.0, 10.0])
+    assert interval is not None
+    low, high, p = interval
     assert low == pytest.approx(-0.2669579 / 9 * 100, abs=1e-4)
     assert high == pytest.approx(4.2669579 / 9 * 100, abs=1e-4)
     # t = 2 / 0.8164966 = 2.4494897 with 4 df: two-sided p = 0.0704
@@ -152,8 +154,11 @@ def test_a_change_smaller_than_the_sweep_resolution_says_so():
 
 def rel(log_ratio: float, half_width: float, *, se: float, other: float | None = None, dof=10):
     ratios = [0.0, log_ratio] + ([other] if other is not None else [])
-    cis = [(0.0, 0.0), (log_ratio - half_width, log_ratio + half_width)]
-    ses = [0.0, se]
+    cis: list[tuple[float, float] | None] = [
+        (0.0, 0.0),
+        (log_ratio - half_width, log_ratio + half_width),
+    ]
+    ses: list[float | None] = [0.0, se]
     if other is not None:
         cis.append((other - half_width, other + half_width))
         ses.append(se)

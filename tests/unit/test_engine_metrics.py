@@ -102,7 +102,9 @@ def test_a_page_out_of_format_is_an_error_not_an_empty_reading():
         parse_engine_metrics("vllm:num_requests_running 4\nnothing here\n")
 
 
-def _window(length_s: float, *, lead_s: float = 0.05) -> tuple[int, int]:
+def _window(length_s: float, *, lead_s: float = 1.0) -> tuple[int, int]:
+    # The sampler sets up (event loop, HTTP client) before the window starts; with a 50 ms lead,
+    # a loaded machine took longer than lead + window and the sampler never scraped at all.
     start = time.monotonic_ns() + int(lead_s * 1e9)
     return start, start + int(length_s * 1e9)
 

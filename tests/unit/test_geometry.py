@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from tokenwatt.errors import InputError
 from tokenwatt.geometry import (
+    DTYPE_BITS,
     expected_unique_experts,
     geometry_from_config,
     load_geometry,
     sum_min_context,
 )
+from tokenwatt.schema.base import KvDtype, WeightDtype
 from tokenwatt.schema.spec import GeometryOverrides
 
 # Published totals and active parameters (billions). Sources, as read on 2026-11-29:
@@ -288,8 +291,30 @@ def test_geometry_for_spec_resolves_the_config_and_dtypes(repo: Path):
     from tokenwatt.store import load_spec
 
     path = repo / "specs" / "sim-qwen3-30b-a3b-fp8.spec.yaml"
-    g = geometry_for_spec(load_spec(path), path)
+    g = geometry_for_spec(load_spec(path))
     assert g.weight_dtype == "fp8"
     assert g.kv_dtype == "bf16"
     assert g.name == "Qwen3-30B-A3B-FP8"
     assert g.shape == "MoE"
+
+
+def test_every_storage_type_a_spec_may_name_has_a_bit_width():
+    assert set(DTYPE_BITS) == set(get_args(WeightDtype))
+    assert set(get_args(KvDtype)) <= set(DTYPE_BITS)
+
+
+def test_context_length_from_the_config_or_the_spec_else_unknown():
+    cfg = {
+        "num_hidden_layers": 2,
+        "hidden_size": 8,
+        "intermediate_size": 16,
+        "num_attention_heads": 2,
+        "vocab_size": 100,
+    }
+    assert geometry_from_config(cfg).max_position_embeddings is None
+    assert (
+        geometry_from_config({**cfg, "max_position_embeddings": 512}).max_position_embeddings == 512
+    )
+    override = GeometryOverrides(max_position_embeddings=128)
+    g = geometry_from_config({**cfg, "max_position_embeddings": 512}, overrides=override)
+    assert g.max_position_embeddings == 128

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.html_dom import parse
+from tests.html_dom import Node, parse
 from tests.result_factories import full_mode_data, hostile_data, seed_data
 from tokenwatt.pages.charts import Chart, chart_names, charts_for, to_svg
 from tokenwatt.schema.result import ResultFile
@@ -16,7 +16,7 @@ def result_of(data):
     return ResultFile.model_validate(data)
 
 
-def marks(svg: str, role: str | None = None) -> list:
+def marks(svg: str, role: str | None = None) -> list[Node]:
     """Drawn items of the SVG's mark groups (``role-mark`` is how Vega tags data marks)."""
     doc = parse(svg)
     groups = [g for g in doc.find_all("g") if "role-mark" in g.classes()]
@@ -62,18 +62,13 @@ def test_unbounded_probes_are_counted_not_drawn(seed_path):
     assert f"{len(probes)} probe(s) with unbounded p99" in chart.caption
 
 
-def test_chart_names_are_unique():
-    data_configs = [
-        {"key": "tuned", "label": "x"},
-        {"key": "tuned", "label": "x"},
-        {"key": "baseline", "label": "x"},
+def test_chart_names_are_unique(seed_path):
+    config = result_of(seed_data(seed_path)).configs[0]
+    configs = [
+        config.model_copy(update={"key": key, "label": "x"})
+        for key in ("tuned", "tuned", "baseline")
     ]
-
-    class C:
-        def __init__(self, key, label):
-            self.key, self.label = key, label
-
-    names = chart_names([C(**c) for c in data_configs])
+    names = chart_names(configs)
     assert names == ["x (tuned)", "x (tuned) #2", "x (baseline)"]
 
 

@@ -10,7 +10,7 @@ from tokenwatt.schema.result import ConfigMeasurement, ResultFile
 from tokenwatt.schema.spec import MeasurementSpec
 
 
-def full_measurement() -> dict:
+def full_measurement() -> dict[str, int]:
     return {"warmup_s": 60, "window_s": 300, "search_window_s": 60, "repeats": 3}
 
 

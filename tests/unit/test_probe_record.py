@@ -2,6 +2,7 @@
 
 import datetime as dt
 import math
+from array import array
 
 import pytest
 
@@ -28,7 +29,7 @@ def req(i, *, sched_ms, lag_ms=0.1, ttft_ms=50.0, status="ok", n_out=11, gap_ms=
         error=None if status == "ok" else f"{status} happened",
         t_first_ns=first,
         t_last_ns=chunks[-1],
-        chunk_ns=chunks,
+        chunk_ns=array("q", chunks),
         output_tokens=n_out,
         usage_output_tokens=n_out,
         input_tokens=5,

@@ -75,6 +75,8 @@ def test_full_inputs_meeting_the_policy_are_published():
     full = spec.measurement.model_copy(update={"window_s": 300, "warmup_s": 60, "repeats": 3})
     runs = []
     for r in factories.seed_runs():
+        assert r.accuracy is not None
+        assert r.outcome is not None
         acc = r.accuracy.model_copy(update={"limit": 200})
         extra = factories.probe(
             3,
@@ -133,6 +135,7 @@ def test_different_hardware_is_a_mismatch():
 
 def test_accuracy_gate_two_point_drop_is_not_an_improvement():
     runs = factories.seed_runs()
+    assert runs[1].accuracy is not None
     acc = runs[1].accuracy.model_copy(update={"score": 94.0})
     # 10% more goodput, but two points less accuracy
     probes = [
@@ -174,6 +177,7 @@ def test_roles_are_checked():
 
 def test_no_confirmed_rate_gives_zero_goodput_and_a_caveat():
     runs = factories.seed_runs()
+    assert runs[1].outcome is not None
     outcome = runs[1].outcome.model_copy(update={"confirmed_rate_rps": None, "confirm_probes": [1]})
     failed = runs[1].probes[1].model_copy(update={"slo_pass": False})
     runs[1] = factories.recomputed(
@@ -275,7 +279,9 @@ def _evidence_run(**probe_kw):
     """A run whose probe keeps its window requests (TPOT 30 ms, the SLO's bound 50 ms)."""
     table = factories.request_table([30.0] * 200, **probe_kw.pop("table", {}))
     probe = factories.probe_with_requests(0, 20.0, table, phase="confirm", repeat=0, **probe_kw)
-    outcome = factories.run().outcome.model_copy(
+    base = factories.run().outcome
+    assert base is not None
+    outcome = base.model_copy(
         update={
             "confirmed_rate_rps": 20.0,
             "confirm_probes": [0],
@@ -348,6 +354,7 @@ def test_more_output_tokens_than_the_workload_asks_for_is_refused():
 
 def test_power_other_than_the_samples_is_refused():
     runs = factories.seed_runs()
+    assert runs[0].power is not None
     power = runs[0].power.model_copy(update={"node_power_kw": 0.4})
     runs[0] = runs[0].model_copy(update={"power": power})
     with pytest.raises(ResultError, match=r"power.node_power_kw is 0.4, but the run's power"):

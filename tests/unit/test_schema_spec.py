@@ -20,7 +20,7 @@ def test_defaults_are_the_seeds(seed_path):
 
 
 def test_repo_spec_of_the_seed_matches_the_seeds_spec_but_for_paths(seed_path, repo):
-    from_repo = store.load_spec(repo / "specs" / "lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml")
+    from_repo = store.load_spec(repo / "specs" / "lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml").spec
     seed_spec = store.load_result(seed_path).spec
     a = from_repo.model_dump()
     b = seed_spec.model_dump()
@@ -32,8 +32,8 @@ def test_repo_spec_of_the_seed_matches_the_seeds_spec_but_for_paths(seed_path, r
 
 
 def test_sim_seed_full_spec_keeps_the_seeds_protocol(repo):
-    seed = store.load_spec(repo / "specs" / "lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml")
-    sim = store.load_spec(repo / "specs" / "sim-seed-full.spec.yaml")
+    seed = store.load_spec(repo / "specs" / "lambda-qwen3-30b-a3b-fp8-tp1-dp1.spec.yaml").spec
+    sim = store.load_spec(repo / "specs" / "sim-seed-full.spec.yaml").spec
     for section in ("slo", "workload", "measurement", "sweep", "accuracy"):
         assert getattr(sim, section) == getattr(seed, section), section
     assert (sim.model.name, sim.model.weight_dtype, sim.model.kv_dtype) == (
@@ -49,7 +49,7 @@ def test_all_repo_specs_load(repo):
     paths = sorted((repo / "specs").glob("*.yaml"))
     assert len(paths) >= 2
     for path in paths:
-        assert isinstance(store.load_spec(path), Spec)
+        assert isinstance(store.load_spec(path).spec, Spec)
 
 
 @pytest.mark.parametrize(

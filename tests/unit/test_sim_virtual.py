@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenwatt.load.workload import build_workload
-from tokenwatt.plan import engine_config, with_seed
+from tokenwatt.plan import engine_config, with_seed, with_spec
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.virtual import VirtualServer
 from tokenwatt.store import load_spec
@@ -18,12 +18,16 @@ DEMO = REPO / "specs" / "demo-sim.spec.yaml"
 
 
 def server(*, seed: int = 0, timeout_s: float = 120.0, efficiency: float | None = None):
-    spec = with_seed(load_spec(DEMO), seed)
+    loaded = with_seed(load_spec(DEMO), seed)
+    spec = loaded.spec
     if efficiency is not None:
         sim = (spec.engine.sim or SimSpec()).model_copy(update={"bandwidth_efficiency": efficiency})
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim": sim})})
-    config = engine_config(spec, DEMO)
-    workload = build_workload(spec, spec_path=DEMO, context_tokens=config.max_model_len)
+        loaded = with_spec(loaded, spec)
+    config = engine_config(loaded)
+    workload = build_workload(
+        spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
+    )
     return spec, VirtualServer(config, workload, request_timeout_s=timeout_s), workload
 
 

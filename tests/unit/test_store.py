@@ -8,8 +8,10 @@ import os
 import pytest
 
 from tests import factories
+from tests.measure_cli import write_spec
 from tokenwatt import store
 from tokenwatt.errors import InputError, SpecError
+from tokenwatt.schema.spec import Spec
 
 
 def test_save_and_load_run_round_trip(tmp_path):
@@ -114,3 +116,42 @@ def test_filled_marks_defaults_as_set():
     spec = factories.spec()
     assert "sweep" not in spec.model_dump(exclude_unset=True)
     assert "sweep" in store.filled(spec).model_dump(exclude_unset=True)
+
+
+def test_load_spec_resolves_every_named_file_and_keeps_the_spec_as_written(tmp_path, monkeypatch):
+    spec_dir = tmp_path / "specs"
+    (spec_dir / "models").mkdir(parents=True)
+    (spec_dir / "models" / "config.json").write_text("{}")
+    (tmp_path / "suite.jsonl").write_text("{}\n")  # not beside the spec: from the current folder
+    (spec_dir / "t.jsonl").write_text('{"input_tokens": 1, "output_tokens": 1}\n')
+    data = factories.spec_dict(
+        model={"name": "m", "vocab_size": 10, "config": "models/config.json"},
+        workload={"trace": "t.jsonl"},
+        accuracy={"suite": "suite.jsonl"},
+    )
+    path = write_spec(spec_dir / "s.spec.yaml", data)
+    monkeypatch.chdir(tmp_path)
+    loaded = store.load_spec(path)
+    assert loaded.path == path
+    assert loaded.config_file == spec_dir / "models" / "config.json"
+    assert loaded.trace_file == spec_dir / "t.jsonl"
+    assert loaded.suite_file is not None
+    assert loaded.suite_file.resolve() == tmp_path / "suite.jsonl"
+    assert loaded.spec == Spec.model_validate(data)
+    assert loaded.spec.model.config == "models/config.json"
+    builtin = store.load_spec(write_spec(tmp_path / "b.spec.yaml", factories.spec_dict()))
+    assert (builtin.config_file, builtin.trace_file, builtin.suite_file) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ({"model": {"name": "m", "vocab_size": 10, "config": "no/config.json"}}, "model.config"),
+        ({"workload": {"trace": "no/trace.csv"}}, "workload.trace"),
+        ({"accuracy": {"suite": "no-suite.jsonl"}}, "accuracy.suite"),
+    ],
+)
+def test_a_missing_named_file_is_a_spec_error_naming_the_field(tmp_path, section, field):
+    path = write_spec(tmp_path / "s.spec.yaml", factories.spec_dict(**section))
+    with pytest.raises(SpecError, match=f"s.spec.yaml: invalid spec: {field}: file not found"):
+        store.load_spec(path)

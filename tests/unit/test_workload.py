@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from tests import factories
+from tests.measure_cli import write_spec
+from tokenwatt import store
 from tokenwatt.client.openai import request_body
 from tokenwatt.errors import SpecError
 from tokenwatt.load import workload as wl
@@ -69,7 +71,7 @@ def test_token_ids_avoid_the_edges_of_the_vocabulary():
     assert wl.token_id_range(32000) == (320, 30400)
     assert wl.token_id_range(151936) == (1519, 144340)  # below Qwen3's last real token 151668
     work = build_workload(spec(input_tokens=4000, output_tokens=1), context_tokens=None)
-    ids = [t for i in range(20) for t in work.request(i).prompt_ids]
+    ids = [t for i in range(20) for t in work.request(i).prompt_ids or ()]
     assert min(ids) >= 320
     assert max(ids) < 30400
     assert min(ids) < 400
@@ -95,32 +97,12 @@ def test_explicit_distributions():
     assert statistics.median(values) == pytest.approx(100, rel=0.1)
 
 
-def test_context_from_model_config_relative_to_the_spec(tmp_path):
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
-    s = factories.spec(
-        model={"name": "m", "vocab_size": 1000, "config": "models/config.json"},
-        workload={"input_tokens": 1000, "output_tokens": 1000},
-    )
-    work = build_workload(s, spec_path=tmp_path / "x.spec.yaml")
+def test_requests_are_clipped_to_the_context_given():
+    s = factories.spec(workload={"input_tokens": 1000, "output_tokens": 1000})
+    work = build_workload(s, context_tokens=512)
     assert work.context_tokens == 512
     assert work.lengths(0) == (511, 1)
-    # the server's own limit wins over the config
-    assert build_workload(s, spec_path=tmp_path / "x.spec.yaml", context_tokens=300).lengths(0) == (
-        299,
-        1,
-    )
-    # a geometry override wins over config.json
-    s2 = factories.spec(
-        model={
-            "name": "m",
-            "vocab_size": 1000,
-            "config": "models/config.json",
-            "geometry": {"max_position_embeddings": 128},
-        },
-        workload={"input_tokens": 1000, "output_tokens": 1000},
-    )
-    assert build_workload(s2, spec_path=tmp_path / "x.spec.yaml").context_tokens == 128
+    assert build_workload(s, context_tokens=300).lengths(0) == (299, 1)
 
 
 def test_chat_api_gets_text_prompts():
@@ -131,6 +113,7 @@ def test_chat_api_gets_text_prompts():
     work = build_workload(s, context_tokens=4096)
     request = work.request(0)
     assert request.prompt_ids is None
+    assert request.prompt_text is not None
     assert len(request.prompt_text.split()) == 50
     body = json.loads(request_body(s.engine, request))
     assert body["messages"] == [{"role": "user", "content": request.prompt_text}]
@@ -182,16 +165,23 @@ def test_mooncake_jsonl(shared):
     assert rows[-1].t_s == pytest.approx(3536.999, abs=0.001)  # milliseconds -> s
 
 
-def test_plain_jsonl_relative_to_the_spec(tmp_path):
+def test_plain_jsonl_relative_to_the_spec(tmp_path, monkeypatch):
     lines = [
         {"t_s": 0.0, "input_tokens": 10, "output_tokens": 0},
         {"t_s": 0.5, "input_tokens": 20, "output_tokens": 2},
     ]
     (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
-    s = factories.spec(
-        workload={"trace": "t.jsonl", "arrival": {"process": "trace", "rescale": False}}
+    spec_path = write_spec(
+        tmp_path / "a.spec.yaml",
+        factories.spec_dict(
+            workload={"trace": "t.jsonl", "arrival": {"process": "trace", "rescale": False}}
+        ),
     )
-    work = build_workload(s, spec_path=tmp_path / "a.spec.yaml")
+    monkeypatch.chdir(tmp_path.parent)  # found beside the spec, not in the current folder
+    loaded = store.load_spec(spec_path)
+    assert loaded.trace_file == tmp_path / "t.jsonl"
+    assert loaded.spec.workload.trace == "t.jsonl"  # as written
+    work = build_workload(loaded.spec, trace_file=loaded.trace_file)
     assert [work.lengths(i) for i in range(2)] == [(10, 1), (20, 2)]  # 0 tokens -> 1
     offsets = work.arrivals(1.0)
     assert [next(offsets) for _ in range(3)] == [0.0, 0.5, 1.0]
@@ -228,18 +218,24 @@ def test_bad_traces_name_file_line_and_field(tmp_path, name, content, message):
         wl.read_trace(tmp_path / name)
 
 
-def test_bad_workload_names(tmp_path):
-    with pytest.raises(SpecError, match="neither a built-in workload"):
-        build_workload(factories.spec(workload={"trace": "chat-mix-v2"}))
+def test_bad_workload_names_fail_when_the_spec_loads(tmp_path):
+    spec_path = tmp_path / "s.spec.yaml"
+    write_spec(spec_path, factories.spec_dict(workload={"trace": "chat-mix-v2"}))
+    with pytest.raises(SpecError, match=r"workload.trace: 'chat-mix-v2' is neither a built-in"):
+        store.load_spec(spec_path)
+    write_spec(spec_path, factories.spec_dict(workload={"trace": "missing.csv"}))
+    with pytest.raises(SpecError, match="workload.trace: file not found: .*missing.csv"):
+        store.load_spec(spec_path)
+
+
+def test_traces_that_cannot_give_trace_arrivals(tmp_path):
     with pytest.raises(SpecError, match="file not found"):
-        build_workload(
-            factories.spec(workload={"trace": "missing.csv"}), spec_path=tmp_path / "s.yaml"
-        )
+        build_workload(factories.spec(workload={"trace": str(tmp_path / "missing.csv")}))
     (tmp_path / "t.jsonl").write_text('{"input_tokens": 1, "output_tokens": 2}\n')
     with pytest.raises(SpecError, match="no timestamps"):
         build_workload(
             factories.spec(workload={"trace": "t.jsonl", "arrival": {"process": "trace"}}),
-            spec_path=tmp_path / "s.yaml",
+            trace_file=tmp_path / "t.jsonl",
         )
     with pytest.raises(SpecError, match="no timestamps"):
         build_workload(factories.spec(workload={"arrival": {"process": "trace"}}))
@@ -247,5 +243,5 @@ def test_bad_workload_names(tmp_path):
     with pytest.raises(SpecError, match="at least two timestamps"):
         build_workload(
             factories.spec(workload={"trace": "one.jsonl", "arrival": {"process": "trace"}}),
-            spec_path=tmp_path / "s.yaml",
+            trace_file=tmp_path / "one.jsonl",
         )

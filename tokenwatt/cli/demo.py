@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo and say where everything is."""
     paths = DemoPaths(root=Path.cwd())
     paths.check()
-    slo = load_spec(paths.root / DEMO_RUNS[0].spec).slo
+    slo = load_spec(paths.root / DEMO_RUNS[0].spec).spec.slo
     err = err_console()
     if err.is_terminal:
         with TerminalProgress(slo, err) as progress:

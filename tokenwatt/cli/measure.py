@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -29,6 +29,7 @@ from tokenwatt import store
 from tokenwatt.cli._common import err_console, escape, out_console
 from tokenwatt.measure import TERMINATED, MeasureOptions, Progress, measure
 from tokenwatt.report import quote_arg
+from tokenwatt.schema.base import Role
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.sweep import ProbePlan
@@ -60,7 +61,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--spec", required=True, help="spec file (a bare name is also looked up in specs/)"
     )
     p.add_argument("--label", required=True, help="name of this configuration")
-    p.add_argument("--role", required=True, choices=["baseline", "tuned", "other"])
+    p.add_argument("--role", required=True, choices=get_args(Role))
     p.add_argument("--out", required=True, type=Path, help="run file to write")
     p.add_argument("--description", help="label shown on the page (default: --label)")
     p.add_argument(
@@ -328,11 +329,10 @@ async def run_until_signal(work: Awaitable[T]) -> T:
 
 def run(args: argparse.Namespace) -> int:
     """Load the spec, measure, print where the run file is."""
-    spec_path = store.resolve_spec_path(args.spec)
-    spec = store.load_spec(spec_path)
+    loaded = store.load_spec(store.resolve_spec_path(args.spec))
+    spec = loaded.spec
     opts = MeasureOptions(
-        spec=spec,
-        spec_path=spec_path,
+        spec=loaded,
         spec_arg=args.spec,
         label=args.label,
         role=args.role,

@@ -57,7 +57,7 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 def run(args: argparse.Namespace) -> int:
     """Plan, then print the trials and the summary."""
     spec_path = store.resolve_spec_path(args.spec)
-    spec = store.load_spec(spec_path)
+    loaded = store.load_spec(spec_path)
     err = err_console()
     quiet = args.json
 
@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
             )
 
     summary = plan(
-        spec,
-        spec_path,
+        loaded,
         trials=args.trials,
         strategy=args.strategy,
         quick=args.quick,

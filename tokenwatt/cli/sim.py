@@ -5,29 +5,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from tokenwatt.cli._common import err_console
 from tokenwatt.errors import InputError
-from tokenwatt.geometry import DTYPE_BITS
 from tokenwatt.gpus import GPU_PRESETS
-from tokenwatt.schema.base import KvDtype
-from tokenwatt.schema.spec import GeometryOverrides, SimSpec
+from tokenwatt.schema.base import KvDtype, WeightDtype
+from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import SimSettings, settings_from_spec
 from tokenwatt.sim.server import SimApp, serve
 
 __all__ = ["register", "run"]
-
-_KV_DTYPES = list(KvDtype.__args__)  # type: ignore[attr-defined]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,15 +36,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             " vLLM's names and dcgm-exporter power lines, and /version saying it is simulated."
         ),
     )
-    p.add_argument("--spec", type=Path, help="take GPU, model and engine settings from a spec")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--spec", type=Path, help="take GPU, model and engine settings from a spec")
+    # The whole SimSettings as one JSON document: how tokenwatt starts its simulator child.
+    source.add_argument("--settings-json", help=argparse.SUPPRESS)
     p.add_argument(
         "--gpu",
         choices=[g.key for g in GPU_PRESETS],
         help="GPU preset (default: the spec's engine.sim.gpu, else h100-sxm)",
     )
     p.add_argument("--model", type=Path, help="the model's Hugging Face config.json")
-    p.add_argument("--weight-dtype", choices=sorted(DTYPE_BITS), help="weight storage type")
-    p.add_argument("--kv-dtype", choices=_KV_DTYPES, help="KV-cache storage type")
+    p.add_argument("--weight-dtype", choices=get_args(WeightDtype), help="weight storage type")
+    p.add_argument("--kv-dtype", choices=get_args(KvDtype), help="KV-cache storage type")
     p.add_argument("--served-model-name", help="model name in the API (default: config folder)")
     p.add_argument("--tensor-parallel", type=int, help="GPUs serving the model")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -61,77 +60,71 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--power-limit-w", type=float, help="board power limit per GPU, W")
     p.add_argument("--bandwidth-efficiency", type=float, help="fraction of rated bandwidth")
     p.add_argument("--compute-efficiency", type=float, help="fraction of peak FLOP/s")
-    p.add_argument("--sim-json", help=argparse.SUPPRESS)
-    p.add_argument("--geometry-json", help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=run)
 
 
-def _json_arg(raw: str | None, name: str) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{name}: not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{name}: must be a JSON object")
-    return data
+_SIM_OPTIONS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "step_overhead_ms",
+    "gpu_memory_utilization",
+    "power_limit_w",
+    "bandwidth_efficiency",
+    "compute_efficiency",
+)
+"""Options that set a field of ``engine.sim`` (:class:`~tokenwatt.schema.spec.SimSpec`)."""
+
+_SETTINGS_OPTIONS = ("weight_dtype", "kv_dtype", "served_model_name", "tensor_parallel")
+"""Options that set a field of :class:`~tokenwatt.sim.launch.SimSettings` of the same name."""
+
+
+def _invalid(exc: ValidationError, what: str) -> InputError:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return InputError(f"{what} {where}: {first['msg']}")
 
 
 def settings_from_args(args: argparse.Namespace) -> SimSettings:
-    """Settings from a spec (if given), then the command-line options on top."""
+    """Settings from ``--settings-json`` or a spec (if given), then the other options on top.
+
+    ``--settings-json`` is how :class:`~tokenwatt.sim.launch.SimProcess` starts its child: the
+    whole :class:`~tokenwatt.sim.launch.SimSettings` as one JSON document, validated here.
+    """
     from tokenwatt.store import load_spec
 
     base = SimSettings()
-    if args.spec is not None:
-        spec = load_spec(args.spec)
-        if spec.engine.endpoint != "sim":
+    if args.settings_json is not None:
+        try:
+            base = SimSettings.model_validate_json(args.settings_json)
+        except ValidationError as exc:
+            raise _invalid(exc, "--settings-json:") from None
+    elif args.spec is not None:
+        loaded = load_spec(args.spec)
+        if loaded.spec.engine.endpoint != "sim":
             raise InputError(f"{args.spec}: engine.endpoint is not 'sim'")
-        base = settings_from_spec(spec, args.spec)
+        base = settings_from_spec(loaded)
     sim_fields = base.sim.model_dump(exclude_none=True)
-    sim_fields.update(_json_arg(args.sim_json, "--sim-json"))
-    for name in (
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "max_model_len",
-        "step_overhead_ms",
-        "gpu_memory_utilization",
-        "power_limit_w",
-        "bandwidth_efficiency",
-        "compute_efficiency",
-    ):
-        value = getattr(args, name)
-        if value is not None:
-            sim_fields[name] = value
+    sim_fields.update(
+        {name: getattr(args, name) for name in _SIM_OPTIONS if getattr(args, name) is not None}
+    )
     if args.gpu is not None:
         sim_fields["gpu"] = args.gpu
-    geometry_fields = base.geometry.model_dump(exclude_none=True)
-    geometry_fields.update(_json_arg(args.geometry_json, "--geometry-json"))
+    updates: dict[str, Any] = {
+        name: getattr(args, name) for name in _SETTINGS_OPTIONS if getattr(args, name) is not None
+    }
+    if args.model is not None:
+        updates["config_file"] = args.model
     try:
         sim = SimSpec.model_validate(sim_fields)
-        geometry = GeometryOverrides.model_validate(geometry_fields)
+        settings = SimSettings.model_validate({**dict(base), "sim": sim, **updates})
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InputError(f"simulator option {where}: {first['msg']}") from None
-    tp = args.tensor_parallel if args.tensor_parallel is not None else base.tensor_parallel
-    if tp < 1:
-        raise InputError("--tensor-parallel must be at least 1")
-    model = args.model if args.model is not None else base.model_config
-    if model is None and not geometry_fields:
+        raise _invalid(exc, "simulator option") from None
+    if settings.config_file is None and not settings.geometry.model_dump(exclude_none=True):
         raise InputError("give the model: --model PATH/config.json (or --spec with model.config)")
-    return SimSettings(
-        gpu=sim.gpu,
-        model_config=model,
-        weight_dtype=args.weight_dtype or base.weight_dtype,
-        kv_dtype=args.kv_dtype or base.kv_dtype,
-        served_model_name=args.served_model_name or base.served_model_name,
-        tensor_parallel=tp,
-        sim=sim,
-        geometry=geometry,
-    )
+    return settings
 
 
 def _exit_with_stdin() -> None:
@@ -160,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM (both a normal way to stop: exit 0)."""
     settings = settings_from_args(args)
     config = settings.build()
-    root = str(settings.model_config) if settings.model_config else settings.model_name
+    root = str(settings.config_file) if settings.config_file else settings.model_name
     app = SimApp(config, served_model_name=settings.model_name, model_root=root)
     if args.exit_with_stdin:
         _exit_with_stdin()

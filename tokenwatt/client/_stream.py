@@ -14,7 +14,7 @@ import json
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from tokenwatt.client.sse import SSEDecoder, SSEError, simple_payloads
 
@@ -44,16 +44,8 @@ FailureCause = Literal[
 - ``cancelled``: stopped by the harness (Ctrl-C, or the end of a probe's drain).
 """
 
-FAILURE_CAUSES: tuple[str, ...] = (
-    "http_error",
-    "connection_error",
-    "malformed_stream",
-    "server_error",
-    "short_output",
-    "timeout",
-    "client_error",
-    "cancelled",
-)
+FAILURE_CAUSES: tuple[FailureCause, ...] = get_args(FailureCause)
+"""Every :data:`FailureCause`, in the order above."""
 
 _ERROR_BODY_BYTES = 16 * 1024
 _ERROR_TEXT_CHARS = 500
@@ -204,6 +196,7 @@ def _parse_json(data: bytes) -> Any:
     return obj
 
 
+_DONE_PAYLOAD = b"[DONE]"
 _DONE = object()
 
 
@@ -227,9 +220,9 @@ def _parse_payloads(payloads: list[bytes]) -> list[Any] | None:
     None when that fails or when the array does not have exactly one element per payload (a
     payload such as ``1,2`` would otherwise pass as two): the caller then parses one by one.
     """
-    done_at = [i for i, p in enumerate(payloads) if p == b"[DONE]"]
+    done_at = [i for i, p in enumerate(payloads) if p == _DONE_PAYLOAD]
     if done_at:
-        payloads = [p for p in payloads if p != b"[DONE]"]
+        payloads = [p for p in payloads if p != _DONE_PAYLOAD]
     try:
         parsed = _parse_json(b"[" + b",".join(payloads) + b"]")
     except ValueError:
@@ -455,9 +448,14 @@ class StreamState:
         )
 
     # -- events -----------------------------------------------------------------------------
+    #
+    # Two ways in, one reading: a read that brings several events has them parsed in one call
+    # (:meth:`_objects`, the hot path), any other event is parsed alone (:meth:`_event`); both
+    # hand each JSON value to :meth:`_take`, the only place choices, finish_reason and usage
+    # are read.
 
     def _event(self, kind: str, data: bytes, t_ns: int) -> None:
-        if data == b"[DONE]":
+        if data == _DONE_PAYLOAD:
             self._got_done = True
             return
         try:
@@ -469,54 +467,23 @@ class StreamState:
                 t_ns,
             )
             return
-        self._object(obj, kind, data, t_ns)
+        self._take(obj, kind, t_ns)
 
     def _objects(self, parsed: list[Any], t_ns: int) -> None:
-        """Several events that arrived together: :meth:`_object`'s work, inlined (hot path)."""
-        texts = 0
+        """Several plain events that arrived together, already parsed."""
         for obj in parsed:
             if obj is _DONE:
                 self._got_done = True
                 continue
-            if type(obj) is not dict or "error" in obj or obj.get("object") == "error":
-                if texts:
-                    self._add_chunks(texts, t_ns)
-                    texts = 0
-                self._object(obj, "message", b"", t_ns)
-                if self._done:
-                    return
-                continue
-            choices = obj.get("choices")
-            if choices:
-                has_text = False
-                for choice in choices:
-                    if type(choice) is not dict:
-                        continue
-                    if choice.get("text") or _delta_text(choice):
-                        has_text = True
-                    reason = choice.get("finish_reason")
-                    if reason:
-                        self._finish_reason = str(reason)
-                if has_text:
-                    texts += 1
-            usage = obj.get("usage")
-            if type(usage) is dict:
-                self._usage = usage
-        if texts:
-            self._add_chunks(texts, t_ns)
+            self._take(obj, "message", t_ns)
+            if self._done:
+                return
 
-    def _add_chunks(self, count: int, t_ns: int) -> None:
-        if self._t_first is None:
-            self._t_first = t_ns
-        if count == 1:
-            self._chunks.append(t_ns)
-        else:
-            self._chunks.extend([t_ns] * count)
-
-    def _object(self, obj: Any, kind: str, data: bytes, t_ns: int) -> None:
+    def _take(self, obj: Any, kind: str, t_ns: int) -> None:
+        """One event's JSON value: an error, or a chunk with choices and perhaps usage."""
         if type(obj) is not dict:
-            shown = data[:120] or json.dumps(obj)[:120]
-            self.fail("malformed_stream", f"an event is not a JSON object: {shown!r}", t_ns)
+            shown = json.dumps(obj)[:120]
+            self.fail("malformed_stream", f"an event is not a JSON object: {shown}", t_ns)
             return
         if kind == "error" or "error" in obj or obj.get("object") == "error":
             self.fail("server_error", f"error event: {_error_text(obj)}", t_ns)
@@ -533,9 +500,11 @@ class StreamState:
                 if reason:
                     self._finish_reason = str(reason)
             if has_text:
-                self._add_chunks(1, t_ns)
+                if self._t_first is None:
+                    self._t_first = t_ns
+                self._chunks.append(t_ns)
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if type(usage) is dict:
             self._usage = usage
 
     def _json_body(self, t_ns: int) -> None:

@@ -55,7 +55,6 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from tokenwatt.client.openai import OpenAIClient, TransportName
-from tokenwatt.errors import EndpointError
 from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, ProbePlan, Shard
 from tokenwatt.load._workers import WorkerInit, WorkerPool
 from tokenwatt.load.engine_metrics import sample_running_batch
@@ -63,7 +62,7 @@ from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
-from tokenwatt.schema.spec import EngineSpec, SloSpec, Spec
+from tokenwatt.schema.spec import EngineSpec, SloSpec
 
 __all__ = [
     "EVENTS_PER_WORKER",
@@ -71,7 +70,6 @@ __all__ = [
     "LoadGenerator",
     "build_probe_record",
     "plan_workers",
-    "run_probe",
 ]
 
 logger = logging.getLogger(__name__)
@@ -524,58 +522,3 @@ class LoadGenerator:
             ", CLIENT-BOUND" if record.client_bound else "",
         )
         return record
-
-
-async def run_probe(
-    spec: Spec,
-    workload: Workload,
-    *,
-    index: int,
-    phase: ProbePhase,
-    rate_rps: float,
-    warmup_s: float,
-    window_s: float,
-    slo: SloSpec | None = None,
-    attempt: int = 0,
-    repeat: int | None = None,
-    metrics_url: str | None = None,
-    base_url: str | None = None,
-    env: Mapping[str, str] | None = None,
-    workers: int | None = None,
-    transport: TransportName = "fast",
-    keep_requests: bool = True,
-) -> ProbeRecord:
-    """Run one probe of a spec (a one-off :class:`LoadGenerator`; a sweep should keep one).
-
-    ``request_timeout_s`` and ``max_concurrency`` come from ``spec.measurement``, the SLO from
-    ``spec.slo`` unless given.
-
-    Raises:
-        EndpointError: the API key variable is not set, or the URL is unusable.
-    """
-    try:
-        generator = LoadGenerator(
-            spec.engine,
-            workload,
-            base_url=base_url,
-            env=env,
-            request_timeout_s=float(spec.measurement.request_timeout_s),
-            max_concurrency=spec.measurement.max_concurrency,
-            workers=workers,
-            metrics_url=metrics_url,
-            transport=transport,
-        )
-    except ValueError as exc:
-        raise EndpointError(str(exc)) from exc
-    async with generator:
-        return await generator.probe(
-            index=index,
-            phase=phase,
-            rate_rps=rate_rps,
-            warmup_s=warmup_s,
-            window_s=window_s,
-            slo=slo or spec.slo,
-            attempt=attempt,
-            repeat=repeat,
-            keep_requests=keep_requests,
-        )

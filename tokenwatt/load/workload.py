@@ -15,10 +15,10 @@ count or a distribution), else the trace (``workload.trace``):
   ``input_length``/``output_length`` is read too). Rows are used in order and repeat.
 
 Every request is clipped to the model's context: input to [1, C - 1], then output to
-[1, C - input], where C is the server's context length if the caller knows it, else
-``model.geometry.max_position_embeddings``, else ``max_position_embeddings`` from the model's
-``config.json``; with none of these nothing is clipped (and a warning is logged). For the chat
-API, C is reduced by 32 tokens for the chat template.
+[1, C - input], where C is the context length the caller gives (``tokenwatt measure``: the
+server's own if it reports one, else the model geometry's ``max_position_embeddings``, from
+``model.geometry`` or the model's ``config.json``); without one nothing is clipped (and a warning
+is logged). For the chat API, C is reduced by 32 tokens for the chat template.
 
 Prompts: the completions API gets token ids (exact input length, no tokenizer needed) drawn
 uniformly from [vocab/100, vocab - vocab/20): the lowest 1 % and highest 5 % of a vocabulary are
@@ -51,6 +51,7 @@ from tokenwatt.client.openai import GenerationRequest
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import arrival_offsets, trace_offsets
 from tokenwatt.schema.spec import (
+    BUILTIN_WORKLOADS,
     ArrivalSpec,
     FixedTokens,
     LognormalTokens,
@@ -58,7 +59,6 @@ from tokenwatt.schema.spec import (
     TokenCount,
     UniformTokens,
 )
-from tokenwatt.store import resolve_relative
 
 __all__ = [
     "CHAT_MIX_V1",
@@ -68,7 +68,6 @@ __all__ = [
     "Workload",
     "build_workload",
     "lognormal_params",
-    "read_context_tokens",
     "read_trace",
     "token_id_range",
 ]
@@ -253,37 +252,6 @@ def read_trace(path: Path) -> list[TraceRow]:
     return rows
 
 
-def read_context_tokens(spec: Spec, spec_path: Path | None) -> int | None:
-    """The model's context length from the spec: geometry override, else config.json.
-
-    Raises:
-        SpecError: a config.json that exists but does not parse.
-    """
-    override = spec.model.geometry.max_position_embeddings
-    if override is not None:
-        return override
-    if spec.model.config is None:
-        return None
-    path = (
-        resolve_relative(spec_path, spec.model.config)
-        if spec_path is not None
-        else Path(spec.model.config)
-    )
-    if not path.is_file():
-        logger.warning("model.config %s not found: prompt lengths are not clipped", path)
-        return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"model.config: {path}: not a JSON file: {exc}") from exc
-    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
-    if value is None and isinstance(config, dict):
-        text_config = config.get("text_config")
-        if isinstance(text_config, dict):
-            value = text_config.get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 1 else None
-
-
 def _draw(dist: TokenCount | None, rng: np.random.Generator) -> int | None:
     if dist is None:
         return None
@@ -414,37 +382,30 @@ class Workload:
 
 
 def build_workload(
-    spec: Spec, *, spec_path: Path | None = None, context_tokens: int | None = None
+    spec: Spec, *, trace_file: Path | None = None, context_tokens: int | None = None
 ) -> Workload:
     """The request stream a spec describes.
 
     Args:
         spec: the spec.
-        spec_path: the spec file, to resolve relative trace and config paths
-            (:func:`tokenwatt.store.resolve_relative`).
-        context_tokens: the server's context length (e.g. from
-            :meth:`tokenwatt.client.openai.OpenAIClient.max_model_len`); it wins over the
-            model config.
+        trace_file: ``workload.trace`` resolved (:class:`~tokenwatt.schema.spec.LoadedSpec`);
+            None = the trace path as written.
+        context_tokens: the context length requests are clipped to: the server's own (e.g.
+            :meth:`tokenwatt.client.openai.OpenAIClient.max_model_len`), else the model's
+            (:attr:`tokenwatt.geometry.ModelGeometry.max_position_embeddings`); None = no clip.
 
     Raises:
-        SpecError: an unreadable trace or config, a trace without timestamps for ``trace``
-            arrivals, or a name that is neither built in nor a file.
+        SpecError: an unreadable trace, or a trace without timestamps for ``trace`` arrivals.
     """
     work = spec.workload
     rows: list[TraceRow] | None = None
     input_dist: TokenCount | None = work.input_tokens
     output_dist: TokenCount | None = work.output_tokens
-    if work.trace == "chat-mix-v1":
+    if work.trace in BUILTIN_WORKLOADS:  # chat-mix-v1, the only one
         input_dist = input_dist if input_dist is not None else CHAT_MIX_V1[0]
         output_dist = output_dist if output_dist is not None else CHAT_MIX_V1[1]
     else:
-        path = resolve_relative(spec_path, work.trace) if spec_path else Path(work.trace)
-        if not path.is_file() and "/" not in work.trace and "." not in work.trace:
-            raise SpecError(
-                f"workload.trace: {work.trace!r} is neither a built-in workload (chat-mix-v1)"
-                " nor a trace file"
-            )
-        rows = read_trace(path)
+        rows = read_trace(trace_file if trace_file is not None else Path(work.trace))
     if work.arrival.process == "trace":
         if rows is None or any(r.t_s is None for r in rows):
             raise SpecError(
@@ -455,10 +416,9 @@ def build_workload(
             trace_offsets([r.t_s for r in rows if r.t_s is not None])
         except ValueError as exc:
             raise SpecError(f"workload.trace: {work.trace}: {exc}") from exc
-    context = context_tokens if context_tokens is not None else read_context_tokens(spec, spec_path)
-    if context is None:
+    if context_tokens is None:
         logger.warning(
-            "model context length unknown (no model.config, no geometry override, no server"
+            "model context length unknown (not in model.config, no geometry override, no server"
             " value): request lengths are not clipped"
         )
     return Workload(
@@ -470,5 +430,5 @@ def build_workload(
         input_dist=input_dist,
         output_dist=output_dist,
         rows=rows,
-        context_tokens=context,
+        context_tokens=context_tokens,
     )

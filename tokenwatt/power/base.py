@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, TypeVar
+from typing import Literal, Self, TypeVar, get_args
 
 from tokenwatt.errors import PowerError
 from tokenwatt.schema.base import PowerSourceName
@@ -119,7 +119,7 @@ class PowerSource(abc.ABC):
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release connections and libraries; safe to call twice."""
 
-    def __enter__(self) -> PowerSource:
+    def __enter__(self) -> Self:
         self.open()
         return self
 
@@ -137,7 +137,8 @@ SourceClass = TypeVar("SourceClass", bound=type[PowerSource])
 SOURCES: dict[str, type[PowerSource]] = {}
 """Source classes by ``power.source`` name, filled by :func:`register_source`."""
 
-_BUILTIN_MODULES = ("board", "redfish", "ipmi", "command", "prometheus", "none")
+# One module per source name, named after it.
+_BUILTIN_MODULES: tuple[PowerSourceName, ...] = get_args(PowerSourceName)
 
 
 def register_source(name: PowerSourceName) -> Callable[[SourceClass], SourceClass]:

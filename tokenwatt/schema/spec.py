@@ -9,9 +9,10 @@ variable and never written.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from tokenwatt.schema.base import (
     EnvVarName,
@@ -23,12 +24,14 @@ from tokenwatt.schema.base import (
 )
 
 __all__ = [
+    "BUILTIN_WORKLOADS",
     "AccuracySpec",
     "ArrivalSpec",
     "EngineSpec",
     "FixedTokens",
     "GeometryOverrides",
     "HardwareSpec",
+    "LoadedSpec",
     "LognormalTokens",
     "MeasurementSpec",
     "ModelSpec",
@@ -208,6 +211,18 @@ class ModelSpec(StrictModel):
         default_factory=GeometryOverrides, description="Values that override config.json"
     )
 
+    def storage_types_set(self) -> tuple[WeightDtype | None, KvDtype | None]:
+        """``weight_dtype`` and ``kv_dtype`` where the spec sets them, None where it does not.
+
+        A storage type the spec leaves out is the model's own, read from its config.json (the
+        ``quantization_config``, else ``torch_dtype``), as vLLM reads the checkpoint; the field
+        defaults are only what a spec file written out shows.
+        """
+        return (
+            self.weight_dtype if "weight_dtype" in self.model_fields_set else None,
+            self.kv_dtype if "kv_dtype" in self.model_fields_set else None,
+        )
+
 
 class SloSpec(StrictModel):
     """The latency objective a probe must meet, over its window requests."""
@@ -287,11 +302,15 @@ class ArrivalSpec(StrictModel):
         return self
 
 
+BUILTIN_WORKLOADS: tuple[str, ...] = ("chat-mix-v1",)
+"""Workload names that are built in; any other ``workload.trace`` names a trace file."""
+
+
 class WorkloadSpec(StrictModel):
     """Which requests to send: prompt and output lengths, and arrivals."""
 
     trace: str = Field(
-        default="chat-mix-v1",
+        default=BUILTIN_WORKLOADS[0],
         min_length=1,
         description="A built-in workload name (chat-mix-v1) or a path to a trace file"
         " (Azure LLM trace CSV or JSONL)",
@@ -534,3 +553,26 @@ class Spec(StrictModel):
                 " may it be omitted: then the simulator's own /metrics is read)"
             )
         return self
+
+
+class LoadedSpec(StrictModel):
+    """A spec file as loaded (:func:`tokenwatt.store.load_spec`): the spec and its files.
+
+    ``spec`` is the spec as written, relative paths included (run files record it so); the files
+    it names are resolved once, when it is loaded, and checked to exist, so the rest of
+    tokenwatt reads only the paths here and never resolves a path written in a spec.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: Spec = Field(description="The spec as written")
+    path: Path = Field(description="The spec file as found")
+    config_file: Path | None = Field(
+        default=None, description="model.config resolved; null = geometry from model.geometry"
+    )
+    trace_file: Path | None = Field(
+        default=None, description="workload.trace resolved; null = a built-in workload"
+    )
+    suite_file: Path | None = Field(
+        default=None, description="accuracy.suite resolved; null = no accuracy section"
+    )

@@ -73,6 +73,8 @@ BUSY_POWER_FRACTION = 0.35
 MEMORY_POWER_FRACTION = 0.65
 COMPUTE_POWER_FRACTION = 0.80
 BLOCK_SIZE = 16
+# The context length served when neither the spec nor the model's config.json states one.
+DEFAULT_MAX_MODEL_LEN = 4096
 
 _TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -153,7 +155,12 @@ class EngineConfig:
             tensor_parallel=tensor_parallel,
             max_num_seqs=sim.max_num_seqs or seqs,
             max_num_batched_tokens=sim.max_num_batched_tokens or batched,
-            max_model_len=max_model_len or sim.max_model_len or geometry.max_position_embeddings,
+            max_model_len=(
+                max_model_len
+                or sim.max_model_len
+                or geometry.max_position_embeddings
+                or DEFAULT_MAX_MODEL_LEN
+            ),
             block_size=BLOCK_SIZE,
             gpu_memory_utilization=sim.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
             reserve_bytes_per_gpu=DEFAULT_RESERVE_GB * GB,

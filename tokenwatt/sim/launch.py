@@ -1,12 +1,13 @@
 """Start and stop the simulator in its own process (for ``tokenwatt measure`` and tests).
 
-The simulator runs as ``python -m tokenwatt sim ...`` in a child process, so the load generator
-and the simulated engine do not share a GIL. The child binds an ephemeral port itself (no race
-for a "free" port), reports it through a pipe, and exits when the parent closes its stdin, so a
-crashed parent never leaves a simulator behind.
+The simulator runs as ``python -m tokenwatt sim --settings-json ...`` in a child process, so the
+load generator and the simulated engine do not share a GIL; its settings travel as one JSON
+document of :class:`SimSettings`, which the child validates with the same model. The child binds
+an ephemeral port itself (no race for a "free" port), reports it through a pipe, and exits when
+the parent closes its stdin, so a crashed parent never leaves a simulator behind.
 
 ```python
-with launch(SimSettings(gpu="h100-sxm", model_config=Path("config.json"))) as sim:
+with launch(SimSettings(sim=SimSpec(gpu="h100-sxm"), config_file=Path("config.json"))) as sim:
     httpx.get(sim.base_url + "/models")
 ```
 """
@@ -14,7 +15,6 @@ with launch(SimSettings(gpu="h100-sxm", model_config=Path("config.json"))) as si
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import select
@@ -23,16 +23,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Annotated
 
 import httpx
+from pydantic import ConfigDict, Field
 
 from tokenwatt.errors import EndpointError, InputError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.gpus import preset
-from tokenwatt.schema.spec import GeometryOverrides, SimSpec, Spec
+from tokenwatt.schema.base import KvDtype, StrictModel, WeightDtype
+from tokenwatt.schema.spec import GeometryOverrides, LoadedSpec, SimSpec
 from tokenwatt.sim.engine import EngineConfig
 
 __all__ = ["SimProcess", "SimSettings", "launch", "launch_for_spec", "settings_from_spec"]
@@ -40,29 +42,47 @@ __all__ = ["SimProcess", "SimSettings", "launch", "launch_for_spec", "settings_f
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SimSettings:
-    """What to simulate: GPU, model and engine settings."""
+class SimSettings(StrictModel):
+    """What to simulate: GPU, model and engine settings.
 
-    gpu: str = "h100-sxm"
-    model_config: Path | None = None
-    weight_dtype: str | None = None
-    """None = the config's quantization_config, else its torch_dtype."""
-    kv_dtype: str | None = None
-    """None = the config's torch_dtype."""
-    served_model_name: str | None = None
-    """None = the config folder's name (``org__name`` → ``org/name``)."""
-    tensor_parallel: int = 1
-    sim: SimSpec = field(default_factory=SimSpec)
-    geometry: GeometryOverrides = field(default_factory=GeometryOverrides)
+    The one document a simulator child is started with: :class:`SimProcess` passes it as JSON
+    (``tokenwatt sim --settings-json``) and the child validates it with this same model.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    config_file: Path | None = Field(
+        default=None, description="The model's config.json; null = geometry from 'geometry'"
+    )
+    weight_dtype: WeightDtype | None = Field(
+        default=None, description="null = the config's quantization_config, else torch_dtype"
+    )
+    kv_dtype: KvDtype | None = Field(default=None, description="null = the config's torch_dtype")
+    served_model_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Model name in the API; null = the config folder's (org__name: org/name)",
+    )
+    tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=1, description="GPUs serving the model"
+    )
+    sim: SimSpec = Field(default_factory=SimSpec, description="GPU preset and engine settings")
+    geometry: GeometryOverrides = Field(
+        default_factory=GeometryOverrides, description="Values that override config.json"
+    )
+
+    @property
+    def gpu(self) -> str:
+        """The GPU preset (``sim.gpu``)."""
+        return self.sim.gpu
 
     @property
     def model_name(self) -> str:
         """The name the simulator serves the model under."""
         if self.served_model_name:
             return self.served_model_name
-        if self.model_config is not None:
-            return self.model_config.resolve().parent.name.replace("__", "/")
+        if self.config_file is not None:
+            return self.config_file.resolve().parent.name.replace("__", "/")
         return "sim-model"
 
     def build(self) -> EngineConfig:
@@ -76,7 +96,7 @@ class SimSettings:
         except KeyError as exc:
             raise InputError(str(exc.args[0])) from None
         geometry = load_geometry(
-            self.model_config,
+            self.config_file,
             overrides=self.geometry,
             weight_dtype=self.weight_dtype,
             kv_dtype=self.kv_dtype,
@@ -90,42 +110,26 @@ class SimSettings:
             max_model_len=self.sim.max_model_len,
         )
 
-    def to_args(self) -> list[str]:
-        """The ``tokenwatt sim`` arguments that reproduce these settings."""
-        args = ["--gpu", self.gpu, "--tensor-parallel", str(self.tensor_parallel)]
-        if self.model_config is not None:
-            args += ["--model", str(self.model_config.resolve())]
-        if self.weight_dtype:
-            args += ["--weight-dtype", self.weight_dtype]
-        if self.kv_dtype:
-            args += ["--kv-dtype", self.kv_dtype]
-        args += ["--served-model-name", self.model_name]
-        sim = self.sim.model_dump(exclude_none=True)
-        if sim:
-            args += ["--sim-json", json.dumps(sim)]
-        geometry = self.geometry.model_dump(exclude_none=True)
-        if geometry:
-            args += ["--geometry-json", json.dumps(geometry)]
-        return args
+    def for_child(self) -> SimSettings:
+        """The same settings with nothing left to the child's current folder to decide."""
+        config = self.config_file.resolve() if self.config_file is not None else None
+        return self.model_copy(update={"config_file": config, "served_model_name": self.model_name})
 
 
-def settings_from_spec(spec: Spec, spec_path: Path) -> SimSettings:
+def settings_from_spec(loaded: LoadedSpec) -> SimSettings:
     """Simulator settings for a spec whose ``engine.endpoint`` is ``sim``.
 
-    The GPU comes from ``engine.sim.gpu``, the model from ``model.config`` (relative to the
-    spec's folder), its geometry overrides and dtypes from ``model``; the served name is
-    ``engine.model``, so the load generator's requests name the right model. A weight dtype the
-    spec does not set explicitly is left to the config's ``quantization_config``.
+    The GPU comes from ``engine.sim.gpu``, the model from ``model.config``, its geometry
+    overrides and the storage types the spec sets from ``model``; the served name is
+    ``engine.model``, so the load generator's requests name the right model.
     """
-    from tokenwatt.store import resolve_relative
-
+    spec = loaded.spec
     model = spec.model
-    config = resolve_relative(spec_path, model.config) if model.config else None
+    weight_dtype, kv_dtype = model.storage_types_set()
     return SimSettings(
-        gpu=(spec.engine.sim.gpu if spec.engine.sim else SimSpec().gpu),
-        model_config=config,
-        weight_dtype=model.weight_dtype if "weight_dtype" in model.model_fields_set else None,
-        kv_dtype=model.kv_dtype if "kv_dtype" in model.model_fields_set else None,
+        config_file=loaded.config_file,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
         served_model_name=spec.engine.model,
         tensor_parallel=model.tensor_parallel,
         sim=spec.engine.sim or SimSpec(),
@@ -203,7 +207,8 @@ class SimProcess:
             "tokenwatt",
             "-q",
             "sim",
-            *self.settings.to_args(),
+            "--settings-json",
+            self.settings.for_child().model_dump_json(),
             "--host",
             self.host,
             "--port",
@@ -315,18 +320,17 @@ def launch(
 
 
 def launch_for_spec(
-    spec: Spec,
-    spec_path: Path,
+    loaded: LoadedSpec,
     *,
     host: str = "127.0.0.1",
     startup_timeout_s: float = 60.0,
     log_path: Path | None = None,
 ) -> SimProcess:
     """Start the simulator a spec asks for (``engine.endpoint: sim``)."""
-    if spec.engine.endpoint != "sim":
-        raise InputError(f"{spec_path}: engine.endpoint is not 'sim'")
+    if loaded.spec.engine.endpoint != "sim":
+        raise InputError(f"{loaded.path}: engine.endpoint is not 'sim'")
     return launch(
-        settings_from_spec(spec, spec_path),
+        settings_from_spec(loaded),
         host=host,
         startup_timeout_s=startup_timeout_s,
         log_path=log_path,

@@ -10,7 +10,7 @@ import pytest
 from tests.peers import serve_text, wait_for
 from tokenwatt import energy
 from tokenwatt.errors import PowerError
-from tokenwatt.power import PowerSampler, build_source
+from tokenwatt.power import PowerSampler, PrometheusSource, build_source
 from tokenwatt.schema.spec import PowerSpec
 
 pytestmark = pytest.mark.peer
@@ -89,6 +89,7 @@ def test_sums_the_gpus_in_use_and_reads_counter_reasons_and_limit(node_exporter)
     assert source.has_energy_counter
 
     everything = build_source(spec(node_exporter.url))
+    assert isinstance(everything, PrometheusSource)
     with everything:
         assert everything.read().watts == 1000.5
         assert everything.gpus == ["0", "1", "2", "3"]

@@ -27,6 +27,12 @@ def spec(url: str, **kw) -> PowerSpec:
     return PowerSpec(source="redfish", url=url, sampling_hz=10, **kw)
 
 
+def redfish(power: PowerSpec, *, env: dict[str, str]) -> RedfishSource:
+    source = build_source(power, env=env)
+    assert isinstance(source, RedfishSource)
+    return source
+
+
 def test_sushy_reading_follows_the_bmc_while_sampling(start_redfish):
     peer = start_redfish(watts=350)
     source = build_source(spec(peer.url), env={})
@@ -123,7 +129,7 @@ def test_classic_power_control_and_power_subsystem_forms(start_redfish):
 
 def test_chassis_is_chosen_by_id_and_a_wrong_one_is_named(start_redfish):
     peer = start_redfish()
-    with build_source(spec(peer.url + "/redfish/v1", chassis="1"), env={}) as source:
+    with redfish(spec(peer.url + "/redfish/v1", chassis="1"), env={}) as source:
         assert source.read().watts == 350.0
         assert source.chassis_path == "/redfish/v1/Chassis/1"
     with pytest.raises(
@@ -169,7 +175,7 @@ def creds(url: str, *, auth=None, **kw) -> PowerSpec:
 
 def test_basic_auth_against_nginx(start_redfish):
     peer = start_redfish(server="nginx", password=SECRET, watts=777)
-    source = build_source(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": SECRET})
+    source = redfish(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": SECRET})
     with source:
         assert source.read().watts == 777.0
         assert source._token is None  # every request carried Basic credentials
@@ -177,7 +183,7 @@ def test_basic_auth_against_nginx(start_redfish):
 
 def test_session_token_against_nginx_and_login_again_when_it_expires(start_redfish):
     peer = start_redfish(server="nginx", password=SECRET, watts=640)
-    source = build_source(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET})
+    source = redfish(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET})
     with source:
         assert source._token == "tw-session-token-1"
         assert source._use_basic is False
@@ -193,10 +199,10 @@ def test_session_token_against_nginx_and_login_again_when_it_expires(start_redfi
 
 def test_auto_auth_uses_a_session_where_offered_and_basic_where_not(start_redfish):
     nginx = start_redfish(server="nginx", password=SECRET)
-    with build_source(creds(nginx.url), env={"TW_BMC_PASS": SECRET}) as source:
+    with redfish(creds(nginx.url), env={"TW_BMC_PASS": SECRET}) as source:
         assert source._token == "tw-session-token-1"
     sushy = start_redfish()  # answers the login with 204 and no token
-    with build_source(creds(sushy.url), env={"TW_BMC_PASS": SECRET}) as source:
+    with redfish(creds(sushy.url), env={"TW_BMC_PASS": SECRET}) as source:
         assert source._token is None
         assert source._use_basic is True
         assert source.read().watts == 350.0
@@ -218,7 +224,7 @@ def test_wrong_credentials_give_a_clear_error_and_the_secret_goes_nowhere(
         with pytest.raises(PowerError) as info:
             PowerSampler(source, sampling_hz=10).start()
         # the same with a good password that the BMC stops accepting mid-run: a gap, not a crash
-        good = build_source(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": SECRET})
+        good = redfish(creds(peer.url, auth="basic"), env={"TW_BMC_PASS": SECRET})
         sampler = PowerSampler(good, sampling_hz=10)
         sampler.start()
         wait_for(lambda: sampler.sample_count >= 2)

@@ -5,6 +5,8 @@ The Prometheus text format is read by tokenwatt.promtext (tests/unit/test_promte
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from tokenwatt.errors import PowerError
@@ -21,6 +23,7 @@ from tokenwatt.power import (
 )
 from tokenwatt.power.command import extract_watts
 from tokenwatt.power.ipmi import parse_dcmi_power_reading, split_host
+from tokenwatt.schema.base import PowerSourceName
 from tokenwatt.schema.spec import PowerSpec
 
 # -- command output ------------------------------------------------------------------------------
@@ -138,7 +141,7 @@ def test_reason_bits_match_the_installed_nvidia_ml_py():
 
 def test_every_spec_source_name_is_registered():
     build_source(PowerSpec(source="none"))
-    assert set(SOURCES) == {"board", "redfish", "ipmi", "command", "prometheus", "none"}
+    assert set(SOURCES) == set(get_args(PowerSourceName))
 
 
 def test_build_source_picks_the_class_and_passes_context():
@@ -156,6 +159,7 @@ def test_build_source_picks_the_class_and_passes_context():
         PowerSpec(source="prometheus", url="http://exporter:9400/metrics"),
         default_metrics_url="http://127.0.0.1:9/metrics",
     )
+    assert isinstance(own, PrometheusSource)
     assert own.url == "http://exporter:9400/metrics"  # the spec's url wins
 
 
