@@ -321,7 +321,7 @@ async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | N
 async def _engine_metrics(client: OpenAIClient) -> str | None:
     """The engine's ``/metrics`` URL when it has a running-request gauge, else None.
 
-    The running batch B of the MBU estimate then comes from the engine's own gauge (DESIGN.md),
+    The running batch B of the MBU estimate then comes from the engine's own gauge,
     else from Little's law; each probe records which (``batch_source``).
     """
     url = f"{client.root_url}/metrics"

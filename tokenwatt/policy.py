@@ -46,7 +46,7 @@ POLICY: tuple[PolicyRule, ...] = (
     PolicyRule("repeats", "confirmation repeats at the found rate", 3, ""),
     PolicyRule("accuracy_questions", "accuracy questions per seed", 200, ""),
 )
-"""The minimums (DESIGN.md, "Quick mode and publishing")."""
+"""The minimums (the methodology page's "Publishing policy" table)."""
 
 # Rules without a number: each names a condition that makes a configuration unpublishable,
 # as (what the violation says, what the policy requires).

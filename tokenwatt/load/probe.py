@@ -1,4 +1,4 @@
-"""Run one probe (DESIGN.md "Probe") and turn what it measured into a :class:`ProbeRecord`.
+"""Run one probe and turn what it measured into a :class:`ProbeRecord`.
 
 Timeline, on the monotonic clock (``time.monotonic_ns()``, the power sampler's clock too): the
 probe starts at ``t0``; ``[0, warmup_s)`` is warm-up and ``[warmup_s, warmup_s + window_s)`` the
