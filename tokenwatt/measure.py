@@ -427,18 +427,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 index = len(state.probes)
                 progress.probe_started(plan, index, gen.workers_for(plan.rate_rps))
                 t0 = time.monotonic_ns()
-                record = await gen.probe(
-                    index=index,
-                    phase=plan.phase,
-                    rate_rps=plan.rate_rps,
-                    warmup_s=plan.warmup_s,
-                    window_s=plan.window_s,
-                    slo=spec.slo,
-                    attempt=plan.attempt,
-                    repeat=plan.repeat,
-                    early_stop=plan.early_stop,
-                    certify_pass=plan.certify_pass,
-                )
+                record = await gen.probe(plan, index=index, slo=spec.slo)
                 state.probe_ns.append(time.monotonic_ns() - t0)
                 state.probes.append(record)
                 sweep.observe(record, state.probe_ns[-1] / 1e9)
