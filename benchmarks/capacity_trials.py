@@ -146,7 +146,7 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec) -> Verdict:
+def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec, *, paired: bool) -> Verdict:
     figures = []
     for key, trial in (("baseline", a), ("tuned", b)):
         figures.append(
@@ -160,7 +160,7 @@ def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec) -> Verdict:
                 trial.probes,
             )
         )
-    return verdict_from_probes(figures, spec.slo, max_drop_pts=None)
+    return verdict_from_probes(figures, spec.slo, max_drop_pts=None, paired=paired)
 
 
 def compare(args: argparse.Namespace) -> dict[str, object]:
@@ -177,8 +177,11 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
     covered = bounded = 0
     mdes: list[float] = []
     changes: list[float] = []
+    # Trial i of each configuration has workload seed i: paired, as `tokenwatt report` pairs
+    # runs whose workload sections are the same (unless --unpaired).
+    paired = not args.unpaired and loaded_a.spec.workload == loaded_b.spec.workload
     for ta, tb in zip(a, b, strict=True):
-        v = _verdict(ta, tb, spec_a)
+        v = _verdict(ta, tb, spec_a, paired=paired)
         outcomes[v.outcome] += 1
         if v.change_pct is not None:
             changes.append(v.change_pct)
@@ -199,6 +202,7 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
         "truth_a_rps": truth_a,
         "truth_b_rps": truth_b,
         "true_change_pct": true_change,
+        "paired": paired,
         "outcomes": dict(outcomes),
         "median_change_pct": statistics.median(changes) if changes else None,
         "coverage_bounded": covered / bounded if bounded else None,
@@ -215,7 +219,8 @@ def self_compare(args: argparse.Namespace) -> dict[str, object]:
     trials = trials_of(loaded, seeds, args.quick)
     outcomes: Counter[str] = Counter()
     for ta, tb in zip(trials[0::2], trials[1::2], strict=True):
-        outcomes[_verdict(ta, tb, spec).outcome] += 1
+        # Other seeds: nothing to pair, as `tokenwatt report` does for such runs.
+        outcomes[_verdict(ta, tb, spec, paired=False).outcome] += 1
     called = outcomes["better"] + outcomes["worse"]
     return {
         "mode": "self",
@@ -288,6 +293,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, help="sweep.budget_s (adaptive)")
     ap.add_argument("--precision", type=float, help="sweep.precision_pct (adaptive)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--unpaired", action="store_true", help="compare: do not pair the runs on their streams"
+    )
     ap.add_argument("--rate", type=float, default=11.0, help="warmup: the rate, req/s")
     ap.add_argument("--warmups", default="10,30,60,120", help="warmup: warm-ups to compare, s")
     args = ap.parse_args()

@@ -60,7 +60,9 @@ from tokenwatt.schema.spec import SloSpec
 
 __all__ = [
     "CONFIDENCE",
+    "MAX_STREAM_CORRELATION",
     "MIN_PAIRED_DOF",
+    "MIN_PAIRED_STREAMS",
     "MIN_PROBES",
     "MIN_WINDOW_REQUESTS",
     "NEIGHBOURHOOD_LN",
@@ -75,6 +77,7 @@ __all__ = [
     "fit_constraint",
     "probe_counts",
     "relative_capacity",
+    "stream_correlation",
 ]
 
 SloName = Literal["ttft", "tpot"]
@@ -87,7 +90,11 @@ NEIGHBOURHOOD_LN = 0.35
 the fit."""
 MIN_PAIRED_DOF = 3
 """The paired fit of :func:`relative_capacity` is used only if it keeps this many degrees of
-freedom."""
+freedom..."""
+MIN_PAIRED_STREAMS = 3
+"""...and has this many streams that two configurations probed, to estimate their correlation."""
+MAX_STREAM_CORRELATION = 0.9
+"""The estimated correlation is capped here: a handful of pairs can make it look like 1."""
 MIN_PROBES = 3
 """The fit needs at least this many probes (two parameters and one for the dispersion)."""
 _MAX_ITER = 200
@@ -508,6 +515,8 @@ class RelativeCapacity:
     """Scatter of the probes' ln p99 about the fit (weighted by window requests)."""
     paired_streams: int = 0
     """Workload streams the fit paired the configurations on (0: unpaired)."""
+    stream_correlation: float | None = None
+    """rho: the correlation of two configurations' probes of one stream (None: unpaired)."""
 
     def change_pct(self, k: int) -> float:
         """Configuration k's capacity change against the first, %."""
@@ -566,12 +575,15 @@ def relative_capacity(
     same seed, probe i of each saw the same requests on the same arrival schedule, only scaled in
     time by its rate (stream i). What that stream holds (a cluster of long requests, a burst)
     moves the p99 of every configuration alike: on the demo scenario, ln p99 TPOT of the same
-    stream at each configuration's capacity correlates 0.88 between the two. With ``paired``,
-    the fit gives each stream that at least two configurations probed near their crossings its
-    own intercept u_s (y = alpha_k + u_s + kappa x), so the comparison is made within streams
-    and their common part cancels; a stream probed by one configuration only adds nothing to
-    the ratio. The degrees of freedom lose one per such stream; when that leaves fewer than
-    :data:`MIN_PAIRED_DOF`, the unpaired fit is used.
+    stream at each configuration's capacity correlates 0.88 between the two (16 streams, 120 s
+    windows). With ``paired``, the two probes of a stream are taken as correlated: rho is
+    estimated from the unpaired fit's residuals (:func:`stream_correlation`), and the fit is
+    redone by generalised least squares with that correlation between the probes of a stream
+    in different configurations, which weighs their difference more than their sum; one degree
+    of freedom goes to rho. Needs :data:`MIN_PAIRED_STREAMS` shared streams and
+    :data:`MIN_PAIRED_DOF` degrees of freedom left; otherwise (or when rho comes out 0) the
+    unpaired fit stands. Streams cannot be paired with a fixed effect each: the two sweeps
+    probe a stream at rates a near-constant ratio apart, so the slope would be lost.
 
     Args:
         runs: each configuration's probes, the reference first.
@@ -622,21 +634,37 @@ def relative_capacity(
         centres = new
     assert fit is not None
     beta, design, y, w, used = fit
-    paired_streams = 0
-    if paired:
-        design_p, y_p, w_p = _relative_design(chosen, k_count, streams=True)
-        dof_p = len(y_p) - design_p.shape[1]
-        if design_p.shape[1] > k_count + 1 and dof_p >= MIN_PAIRED_DOF:
-            sw = np.sqrt(w_p)
-            beta_p, _, rank, _ = np.linalg.lstsq(design_p * sw[:, None], y_p * sw, rcond=None)
-            if rank == design_p.shape[1] and float(beta_p[k_count]) > 0:
-                beta, design, y, w = beta_p, design_p, y_p, w_p
-                paired_streams = design.shape[1] - k_count
-    kappa = float(beta[k_count])
     dof = len(y) - design.shape[1]
     resid = y - design @ beta
     s2 = float((w * resid * resid).sum() / dof)
     cov = s2 * np.linalg.inv((design.T * w) @ design)
+    streams = np.array([row[3] for _, rows_k in chosen for row in rows_k])
+    configs = np.array([k for k, rows_k in chosen for _ in rows_k])
+    shared = _shared_streams(streams, configs)
+    rho: float | None = None
+    if paired and len(shared) >= MIN_PAIRED_STREAMS and dof - 1 >= MIN_PAIRED_DOF:
+        rho = stream_correlation((resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist())
+        if rho > 0:
+            # Generalised least squares: V = W^-1/2 C W^-1/2, C[i, j] = rho for two probes of
+            # one stream in different configurations.
+            corr = np.eye(len(y))
+            same = (streams[:, None] == streams[None, :]) & (configs[:, None] != configs[None, :])
+            corr[same] = rho
+            inv_sw = 1.0 / np.sqrt(w)
+            v_inv = np.linalg.inv(inv_sw[:, None] * corr * inv_sw[None, :])
+            info = design.T @ v_inv @ design
+            beta_g = np.linalg.solve(info, design.T @ v_inv @ y)
+            if float(beta_g[k_count]) > 0:
+                beta = beta_g
+                resid = y - design @ beta
+                dof -= 1  # rho was estimated from the same probes
+                s2 = float(resid @ v_inv @ resid / dof)
+                cov = s2 * np.linalg.inv(info)
+            else:
+                rho = None
+        else:
+            rho = None
+    kappa = float(beta[k_count])
     t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
     log_ratio = [0.0]
     cis: list[tuple[float, float] | None] = [(0.0, 0.0)]
@@ -668,35 +696,56 @@ def relative_capacity(
         slope=kappa,
         probes_used=[int(u) for u in used],
         residual_sd=math.sqrt(s2),
-        paired_streams=paired_streams,
+        paired_streams=len(shared) if rho is not None else 0,
+        stream_correlation=rho,
     )
 
 
-def _relative_design(
-    chosen: Sequence[tuple[int, Sequence[_Row]]], k_count: int, *, streams: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The weighted fit's design matrix, observations and weights.
+def _shared_streams(streams: np.ndarray, configs: np.ndarray) -> list[int]:
+    """The streams probed by two or more configurations."""
+    return sorted(
+        int(s) for s in set(streams.tolist()) if len(set(configs[streams == s].tolist())) >= 2
+    )
 
-    Columns: one intercept per configuration, the slope, then (``streams``) one intercept per
-    stream probed by two or more configurations, the first of them left out (it is the
-    reference the configurations' intercepts then stand for).
+
+def stream_correlation(
+    residuals: Sequence[float], streams: Sequence[int], configs: Sequence[int]
+) -> float:
+    """rho: how alike two configurations' residuals are on the same workload stream.
+
+    Over every pair (i, j) of probes of one stream in different configurations,
+    rho = sum(r_i r_j) / sum((r_i^2 + r_j^2) / 2) (the pairwise intraclass correlation), of the
+    residuals r (standardised by the weights) of the unpaired fit, clipped to
+    [0, :data:`MAX_STREAM_CORRELATION`]. 0 when no stream is shared.
     """
-    seen: dict[int, set[int]] = {}
-    for k, rows in chosen:
-        for entry in rows:
-            seen.setdefault(entry[3], set()).add(k)
-    shared = sorted(s for s, ks in seen.items() if len(ks) >= 2)[1:] if streams else []
-    column = {s: k_count + 1 + j for j, s in enumerate(shared)}
+    res = np.asarray(residuals, dtype=float)
+    st = np.asarray(streams)
+    cf = np.asarray(configs)
+    cross = 0.0
+    square = 0.0
+    for s in _shared_streams(st, cf):
+        idx = np.flatnonzero(st == s)
+        for a_pos, i in enumerate(idx):
+            for j in idx[a_pos + 1 :]:
+                if cf[i] != cf[j]:
+                    cross += res[i] * res[j]
+                    square += (res[i] ** 2 + res[j] ** 2) / 2.0
+    if square <= 0:
+        return 0.0
+    return min(max(cross / square, 0.0), MAX_STREAM_CORRELATION)
+
+
+def _relative_design(
+    chosen: Sequence[tuple[int, Sequence[_Row]]], k_count: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     xs: list[list[float]] = []
     ys: list[float] = []
     ws: list[float] = []
     for k, rows in chosen:
-        for x, y, w, stream in rows:
-            row = [0.0] * (k_count + 1 + len(shared))
+        for x, y, w, _ in rows:
+            row = [0.0] * (k_count + 1)
             row[k] = 1.0
             row[k_count] = x
-            if stream in column:
-                row[column[stream]] = 1.0
             xs.append(row)
             ys.append(y)
             ws.append(w)

@@ -7,8 +7,9 @@ their SLO capacities from one joint fit of both runs' probes
 the same arrival schedules and request lengths at the same rate (each probe of a run uses its
 own workload stream, the same for every run of the comparison: common random numbers), so what
 differs between them is the configuration, not the luck of the draw; when the runs' workload
-sections are the same (seed included), the fit pairs them stream by stream, so what a stream's
-requests do to every configuration alike cancels from the ratio. When the comparison holds a
+sections are the same (seed included), the fit pairs them stream by stream (the probes of one
+stream are correlated, and the fit weighs their difference), so what a stream's requests do to
+every configuration alike largely cancels from the ratio. When the comparison holds a
 repeat of the baseline (role ``other``), its capacity change against the baseline is the
 *drift*, and the interval is widened by its size on both sides: a change the baseline shows
 against itself is no evidence. Outcomes, from the widened interval:
@@ -434,8 +435,9 @@ def capacity_verdict(
         ci_method=(
             "joint fit of ln p99 against ln rate with a common slope"
             + (
-                f", paired on {relative.paired_streams} shared workload streams"
-                if relative.paired_streams
+                f", paired on {relative.paired_streams} shared workload streams (generalised"
+                f" least squares, stream correlation {relative.stream_correlation:.2f})"
+                if relative.stream_correlation is not None
                 else ""
             )
             + f" (Fieller interval, Student's t with {dof} df), widened by the drift"

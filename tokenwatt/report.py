@@ -58,6 +58,7 @@ __all__ = [
     "comparability",
     "quote_arg",
     "report_command",
+    "share_streams",
     "slugify",
 ]
 
@@ -441,13 +442,22 @@ def _capacity_verdict(
         )
         for r, c in zip(ordered, configs, strict=True)
     ]
-    workload = ordered[0].run.spec.workload
     return compare.verdict_from_probes(
         inputs,
         ordered[0].run.spec.slo,
         max_drop_pts=max_drop,
-        paired=all(r.run.spec.workload == workload for r in ordered),
+        paired=share_streams([r.run for r in ordered]),
     )
+
+
+def share_streams(runs: Sequence[RunFile]) -> bool:
+    """Whether probe i of every run sent the same requests on the same schedule.
+
+    So it is when their workload sections are the same, seed included: stream i is then the
+    same requests, on an arrival schedule scaled by each probe's rate (common random numbers).
+    """
+    workload = runs[0].spec.workload
+    return all(r.spec.workload == workload for r in runs[1:])
 
 
 def _summary(

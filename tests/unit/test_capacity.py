@@ -10,11 +10,13 @@ import pytest
 from tests import factories
 from tokenwatt import capacity
 from tokenwatt.capacity import (
+    MAX_STREAM_CORRELATION,
     ProbeCounts,
     estimate_capacity,
     fit_constraint,
     probe_counts,
     relative_capacity,
+    stream_correlation,
 )
 from tokenwatt.schema.run import EarlyStop, RequestTable
 from tokenwatt.schema.spec import SloSpec
@@ -187,76 +189,81 @@ def test_relative_capacity_by_hand():
     assert rel.dof == 8 - 3
 
 
-def test_paired_fit_cancels_what_a_stream_does_to_every_configuration():
-    # ln(p99 / S) = alpha_k + u_s + 0.5 ln r: stream s (probe index s, the same requests in both
-    # configurations) moves both curves by u_s. B crosses 10 % further right. The two sweeps
-    # probed their streams at different places relative to their crossings, so u_s does not
-    # average out of an unpaired fit; with an intercept per stream it cancels exactly.
-    u = (0.03, -0.02, 0.01, -0.015, 0.02)
+def test_stream_correlation_by_hand():
+    # Streams 0, 1, 2 in both configurations; residuals (1, 1), (-2, -1), (1, 0):
+    # sum r_i r_j = 1 + 2 + 0 = 3, sum (r_i^2 + r_j^2) / 2 = 1 + 2.5 + 0.5 = 4: rho = 0.75.
+    streams, configs = [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1]
+    assert stream_correlation([1, -2, 1, 1, -1, 0], streams, configs) == pytest.approx(0.75)
+    # Opposite residuals: no positive correlation, so none is used.
+    assert stream_correlation([1, -2, 1, -1, 2, -1], streams, configs) == 0.0
+    # Identical residuals: capped.
+    assert stream_correlation([1, -2, 1, 1, -2, 1], streams, configs) == MAX_STREAM_CORRELATION
+    # A stream probed by one configuration only does not count: stream 1's residual 5 would
+    # pull rho down from (1 x 1) / 1 = 1 (capped) if it did.
+    assert stream_correlation([1, 5, 1], [0, 1, 0], [0, 0, 1]) == MAX_STREAM_CORRELATION
+    assert stream_correlation([1, 5], [0, 1], [0, 1]) == 0.0  # nothing shared
 
-    def run(capacity_rps: float, rates: tuple[float, ...], noise: tuple[float, ...]):
+
+def _stream_runs(noise_a, noise_b, *, streams_b_from: int = 0):
+    # ln(p99 / S) = 0.5 ln(r / c_k) + u_s + e: stream s (probe index s, the same requests in
+    # both configurations) moves both curves by u_s; B crosses 10 % further right.
+    u = (0.03, -0.02, 0.01, -0.015, 0.02, -0.025)
+    rates_a = (9.0, 9.5, 10.5, 11.0, 10.0, 10.2)
+    rates_b = (11.5, 10.5, 12.0, 11.2, 10.8, 11.6)
+
+    def run(capacity_rps, rates, noise, first):
         out = []
         for s, (r, e) in enumerate(zip(rates, noise, strict=True)):
             p99 = 40.0 * math.exp(0.5 * math.log(r / capacity_rps) + u[s] + e)
-            out.append(factories.probe(s, rate=r, window_requests=500, ok=500,
+            out.append(factories.probe(first + s, rate=r, window_requests=500, ok=500,
                                        tpot_ms=factories.stats(p99, 500)))  # fmt: skip
         return out
 
-    rates_a = (9.0, 9.5, 10.5, 11.0, 10.0)
-    rates_b = (11.5, 10.5, 12.0, 11.2, 10.8)
-    zero = (0.0,) * 5
-    a, b = run(10.0, rates_a, zero), run(11.0, rates_b, zero)
+    return run(10.0, rates_a, noise_a, 0), run(11.0, rates_b, noise_b, streams_b_from)
+
+
+NOISE_A = (0.002, -0.001, 0.0015, -0.002, 0.0005, 0.001)
+NOISE_B = (-0.001, 0.002, -0.0015, 0.001, -0.0005, 0.0015)
+
+
+def test_paired_fit_weighs_what_a_stream_does_to_both_configurations():
+    a, b = _stream_runs(NOISE_A, NOISE_B)
     unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
     paired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
     assert unpaired is not None
     assert paired is not None
-    assert abs(unpaired.change_pct(1) - 10.0) > 0.1
-    assert paired.change_pct(1) == pytest.approx(10.0, rel=1e-9)
-    assert paired.slope == pytest.approx(0.5, rel=1e-9)
-    # Four shared streams after the reference one: 10 probes - (2 + 1 + 4) parameters.
-    assert paired.dof == 3
-    # Independent scatter on top: the interval holds the change and is narrower than the
-    # unpaired one, which carries the streams' effects as noise.
-    noise_a = (0.002, -0.001, 0.0015, -0.002, 0.0005)
-    noise_b = (-0.001, 0.002, -0.0015, 0.001, -0.0005)
-    a, b = run(10.0, rates_a, noise_a), run(11.0, rates_b, noise_b)
-    unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
-    paired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
-    assert unpaired is not None
-    assert paired is not None
+    assert unpaired.stream_correlation is None
+    assert paired.paired_streams == 6
+    assert paired.stream_correlation is not None
+    assert 0.5 < paired.stream_correlation <= MAX_STREAM_CORRELATION
+    assert paired.dof == unpaired.dof - 1 == 12 - 3 - 1
     ci = paired.ci_pct(1)
     assert ci is not None
     assert ci[0] < 10.0 < ci[1]
+    assert abs(paired.change_pct(1) - 10.0) < abs(unpaired.change_pct(1) - 10.0)
     assert paired.log_se[1] is not None
     assert unpaired.log_se[1] is not None
-    assert paired.log_se[1] < unpaired.log_se[1] / 3
+    assert paired.log_se[1] < unpaired.log_se[1] / 2
 
 
-def test_paired_fit_falls_back_when_no_stream_is_shared_or_too_few_dof():
-    def run(capacity_rps: float, rates: tuple[float, ...], first: int):
-        return [
-            factories.probe(first + i, rate=r, window_requests=500, ok=500,
-                            tpot_ms=factories.stats(40.0 * math.sqrt(r / capacity_rps)
-                                                    * (1 + 0.01 * (-1) ** i), 500))
-            for i, r in enumerate(rates)
-        ]  # fmt: skip
-
-    a = run(10.0, (9.0, 9.5, 10.5, 11.0), 0)
-    b = run(11.0, (10.0, 10.5, 11.5, 12.0), 10)  # other streams: nothing to pair
+def test_paired_fit_falls_back_when_nothing_is_shared():
+    a, b = _stream_runs(NOISE_A, NOISE_B, streams_b_from=10)  # other streams: nothing to pair
     unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
     paired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
     assert unpaired is not None
     assert paired is not None
     assert paired.log_ratio == unpaired.log_ratio
     assert paired.dof == unpaired.dof
-    # Four shared streams of four probes each would leave 8 - (3 + 3) = 2 dof, under
-    # MIN_PAIRED_DOF: the unpaired fit (8 - 3 = 5 dof) is kept.
-    b = run(11.0, (10.0, 10.5, 11.5, 12.0), 0)
-    again = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
-    assert capacity.MIN_PAIRED_DOF == 3
-    assert again is not None
-    assert again.dof == 5
-    assert again.log_ratio == unpaired.log_ratio
+    assert paired.paired_streams == 0
+    # Two shared streams are too few to estimate the correlation from (MIN_PAIRED_STREAMS).
+    a, b = _stream_runs(NOISE_A, NOISE_B)
+    few = relative_capacity([a, b[:2]], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
+    alone = relative_capacity([a, b[:2]], SLO, binding="tpot", centres_rps=[10.0, 11.0])
+    assert capacity.MIN_PAIRED_STREAMS == 3
+    assert few is not None
+    assert alone is not None
+    assert few.stream_correlation is None
+    assert few.log_ratio == alone.log_ratio
 
 
 def test_relative_capacity_needs_two_usable_probes_each():

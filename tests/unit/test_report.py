@@ -359,3 +359,22 @@ def test_power_other_than_the_samples_is_refused():
     runs[0] = runs[0].model_copy(update={"power": power})
     with pytest.raises(ResultError, match=r"power.node_power_kw is 0.4, but the run's power"):
         make(runs)
+
+
+def test_runs_share_streams_only_with_the_same_workload_and_seed():
+    from tokenwatt.report import share_streams
+
+    base = factories.run()
+    same = factories.run()
+    spec = base.spec
+    reseeded = base.model_copy(
+        update={
+            "spec": spec.model_copy(
+                update={
+                    "workload": spec.workload.model_copy(update={"seed": spec.workload.seed + 1})
+                }
+            )
+        }
+    )
+    assert share_streams([base, same])
+    assert not share_streams([base, same, reseeded])
