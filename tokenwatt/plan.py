@@ -21,6 +21,9 @@ configuration, other seeds) and compared with the verdict's own joint fit
 (:func:`tokenwatt.capacity.relative_capacity`). Each pair's MDE is
 (t(0.975) + t(0.80)) x the standard error of the log ratio; the summary gives the median, and
 how often a configuration was called better or worse than itself (should be 5 % or less).
+Other seeds share no stream, so this is the unpaired MDE: a comparison of two configurations
+with the same workload seed is paired (common random numbers) and resolves smaller changes
+(``benchmarks/README.md`` measures both).
 """
 
 from __future__ import annotations
