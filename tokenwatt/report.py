@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tokenwatt import capacity, compare, policy
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
@@ -554,51 +556,62 @@ def build_result(
     model = ref.spec.model
     replicas = f"{model.replicas} replica{'s' if model.replicas != 1 else ''}"
     reproduce = "\n".join(r.run.command for r in runs) + "\n\n" + report_command
-    draft = ResultFile(
-        id=result_id or slugify(title),
-        status="draft",
-        title=title,
-        published=min(r.run.environment.started_utc for r in runs).date(),
-        summary=_summary(ref, hardware, ordered, verdict.text),
-        hardware=hardware,
-        software=ResultSoftware(
-            engine=ref.spec.engine.name,
-            engine_version=ref.environment.engine_version or ref.spec.engine.version,
-            kernels=ref.spec.engine.kernels,
-        ),
-        model=ResultModel(
-            name=model.name,
-            shape=ref.model_shape or "unknown",
-            quantization=f"{model.weight_dtype.upper()} weights, {model.kv_dtype.upper()} KV cache",
-            parallelism=f"{replicas} \u00d7 TP{model.tensor_parallel}",
-        ),
-        slo=ResultSlo(ttft_p99_ms=ref.spec.slo.ttft_p99_ms, tpot_p99_ms=ref.spec.slo.tpot_p99_ms),
-        workload=ResultWorkload(
-            trace=ref.spec.workload.trace,
-            input_tokens=_tokens_text(
-                ref.spec.workload.input_tokens, ref.spec.workload.trace, "input_tokens"
+    try:
+        draft = ResultFile(
+            id=result_id or slugify(title),
+            status="draft",
+            title=title,
+            published=min(r.run.environment.started_utc for r in runs).date(),
+            summary=_summary(ref, hardware, ordered, verdict.text),
+            hardware=hardware,
+            software=ResultSoftware(
+                engine=ref.spec.engine.name,
+                engine_version=ref.environment.engine_version or ref.spec.engine.version,
+                kernels=ref.spec.engine.kernels,
             ),
-            output_tokens=_tokens_text(
-                ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
+            model=ResultModel(
+                name=model.name,
+                shape=ref.model_shape or "unknown",
+                quantization=f"{model.weight_dtype.upper()} weights,"
+                f" {model.kv_dtype.upper()} KV cache",
+                parallelism=f"{replicas} \u00d7 TP{model.tensor_parallel}",
             ),
-            arrival=_arrival_text(ref.spec),
-        ),
-        power=power_block,
-        accuracy=accuracy_block,
-        runs=min(r.run.effective.repeats for r in runs),
-        variance_band_pct=round(band, 2),
-        fleet=fleet,
-        configs=configs,
-        not_covered=_not_covered(ordered, configs, band_pct=None if on_capacity else band),
-        reproduce=reproduce,
-        spec=spec,
-        schema_version=1,
-        simulated=any(r.run.simulated for r in runs),
-        verdict=verdict,
-        mismatches=mismatches or None,
-        tokenwatt_version=ref.environment.tokenwatt_version,
-        created_utc=now or dt.datetime.now(dt.UTC),
-    )
+            slo=ResultSlo(
+                ttft_p99_ms=ref.spec.slo.ttft_p99_ms, tpot_p99_ms=ref.spec.slo.tpot_p99_ms
+            ),
+            workload=ResultWorkload(
+                trace=ref.spec.workload.trace,
+                input_tokens=_tokens_text(
+                    ref.spec.workload.input_tokens, ref.spec.workload.trace, "input_tokens"
+                ),
+                output_tokens=_tokens_text(
+                    ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
+                ),
+                arrival=_arrival_text(ref.spec),
+            ),
+            power=power_block,
+            accuracy=accuracy_block,
+            runs=min(r.run.effective.repeats for r in runs),
+            variance_band_pct=round(band, 2),
+            fleet=fleet,
+            configs=configs,
+            not_covered=_not_covered(ordered, configs, band_pct=None if on_capacity else band),
+            reproduce=reproduce,
+            spec=spec,
+            schema_version=1,
+            simulated=any(r.run.simulated for r in runs),
+            verdict=verdict,
+            mismatches=mismatches or None,
+            tokenwatt_version=ref.environment.tokenwatt_version,
+            created_utc=now or dt.datetime.now(dt.UTC),
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            str(e["msg"]).removeprefix("Value error, ") for e in exc.errors(include_url=False)
+        )
+        raise ResultError(
+            f"the runs give a result no measurement can produce: {problems}"
+        ) from None
     # Published only if the policy, recomputed from the numbers, says so.
     if not policy.check_result(draft):
         draft.status = "published"

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.limits import impossible_in_result
 from tokenwatt.schema.spec import Spec
 
 __all__ = [
@@ -36,6 +37,16 @@ __all__ = [
 ]
 
 NonNeg = Annotated[float, Field(ge=0)]
+Percent = Annotated[float, Field(gt=0, le=100)]
+
+
+def _ordered(pairs: list[tuple[str, float | None]]) -> str | None:
+    """The first pair of (name, value) out of ascending order, in words; None if all are in it."""
+    known = [(n, v) for n, v in pairs if v is not None]
+    for (low_name, low), (high_name, high) in zip(known, known[1:], strict=False):
+        if high < low:
+            return f"{high_name} ({high:g}) is below {low_name} ({low:g})"
+    return None
 
 
 class ResultHardware(StrictModel):
@@ -43,7 +54,7 @@ class ResultHardware(StrictModel):
 
     vendor: str = Field(description="Accelerator vendor")
     accelerator: str = Field(description="Accelerator name as the driver reports it")
-    count: Annotated[int, Field(ge=0)] = Field(description="Accelerators in use")
+    count: Annotated[int, Field(ge=1)] = Field(description="Accelerators in use")
     rated_bw_tbs_per_gpu: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="Rated memory bandwidth per GPU, TB/s"
     )
@@ -128,6 +139,16 @@ class ConfigAccuracy(StrictModel):
         default=None, description="False against the simulator: not a model's answers"
     )
 
+    @model_validator(mode="after")
+    def _counts_within_questions(self) -> ConfigAccuracy:
+        asked = (self.answered or 0) + (self.failed or 0)
+        if self.questions is not None and asked > self.questions:
+            raise ValueError(
+                f"answered ({self.answered}) + failed ({self.failed}) exceeds questions"
+                f" ({self.questions})"
+            )
+        return self
+
 
 class ConfigMeasurement(StrictModel):
     """Durations a configuration was actually measured with (the policy checks these)."""
@@ -174,6 +195,19 @@ class ProbePoint(StrictModel):
         default=None, description="Window requests over the TPOT bound, % of those counted"
     )
 
+    @model_validator(mode="after")
+    def _percentiles_ordered(self) -> ProbePoint:
+        for what in ("ttft", "tpot"):
+            wrong = _ordered(
+                [
+                    (f"{what}_p50_ms", getattr(self, f"{what}_p50_ms")),
+                    (f"{what}_p99_ms", getattr(self, f"{what}_p99_ms")),
+                ]
+            )
+            if wrong is not None:
+                raise ValueError(wrong)
+        return self
+
 
 class PowerTracePoint(StrictModel):
     """A power reading, seconds from the run's first sample."""
@@ -192,6 +226,13 @@ class PowerTraceSummary(StrictModel):
     gaps: Annotated[int, Field(ge=0)] = 0
     max_gap_fraction: NonNeg | None = None
     points: list[PowerTracePoint] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _min_mean_max(self) -> PowerTraceSummary:
+        wrong = _ordered([("min_w", self.min_w), ("mean_w", self.mean_w), ("max_w", self.max_w)])
+        if wrong is not None:
+            raise ValueError(wrong)
+        return self
 
 
 class CapacityFitSummary(StrictModel):
@@ -224,7 +265,9 @@ class ConfigResult(StrictModel):
     key: Role
     label: str
     engine: str
-    mbu_pct: NonNeg | None
+    mbu_pct: Percent | None = Field(
+        description="Memory-bandwidth utilisation, % of rated: in (0, 100]"
+    )
     node_power_kw: NonNeg | None
     goodput_tok_s: NonNeg
     ttft_p99_ms: NonNeg | None
@@ -290,6 +333,24 @@ class ConfigResult(StrictModel):
             raise ValueError(
                 f"slo_pass_count ({self.slo_pass_count}) exceeds repeats ({self.repeats})"
             )
+        if self.repeat_goodputs_tok_s is not None and len(self.repeat_goodputs_tok_s) > max(
+            self.repeats, 1
+        ):
+            raise ValueError(
+                f"repeat_goodputs_tok_s holds {len(self.repeat_goodputs_tok_s)} goodputs for"
+                f" {self.repeats} repeats"
+            )
+        if self.slo_capacity_rps is not None and self.slo_capacity_ci_rps is not None:
+            low, high = (list(self.slo_capacity_ci_rps) + [None, None])[:2]
+            wrong = _ordered(
+                [
+                    ("slo_capacity_ci_rps[0]", low),
+                    ("slo_capacity_rps", self.slo_capacity_rps),
+                    ("slo_capacity_ci_rps[1]", high),
+                ]
+            )
+            if wrong is not None:
+                raise ValueError(f"the capacity lies outside its own interval: {wrong}")
         return self
 
 
@@ -367,3 +428,28 @@ class ResultFile(StrictModel):
         if len(baselines) > 1:
             raise ValueError("more than one config has key 'baseline'")
         return self
+
+    @model_validator(mode="after")
+    def _possible(self) -> ResultFile:
+        problems = impossible_in_result(self) + self._verdicts_against_slo()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _verdicts_against_slo(self) -> list[str]:
+        """Probes marked as passing whose own p99 breaks the SLO (or is unbounded)."""
+        problems: list[str] = []
+        bounds = (("ttft_p99_ms", self.slo.ttft_p99_ms), ("tpot_p99_ms", self.slo.tpot_p99_ms))
+        for i, config in enumerate(self.configs):
+            for j, probe in enumerate(config.probes or []):
+                if not probe.slo_pass:
+                    continue
+                for name, bound in bounds:
+                    value = getattr(probe, name)
+                    if value is None or value > bound:
+                        shown = "unbounded" if value is None else f"{value:g} ms"
+                        problems.append(
+                            f"configs[{i}].probes[{j}].slo_pass: true, but its {name} is"
+                            f" {shown}, over the SLO's {bound:g} ms"
+                        )
+        return problems

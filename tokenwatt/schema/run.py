@@ -64,6 +64,11 @@ class LatencyStats(StrictModel):
             value = getattr(self, name)
             if value is not None and value != value:
                 raise ValueError(f"{name} is NaN")
+        known = [(n, getattr(self, n)) for n in ("p50", "p90", "p95", "p99")]
+        known = [(n, v) for n, v in known if v is not None]
+        for (low_name, low), (high_name, high) in zip(known, known[1:], strict=False):
+            if high < low:
+                raise ValueError(f"{high_name} ({high:g}) is below {low_name} ({low:g})")
         return self
 
 
