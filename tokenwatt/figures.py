@@ -33,9 +33,9 @@ from tokenwatt.metrics import (
     pooled_latency_stats,
     slo_pass,
 )
+from tokenwatt.schema.limits import max_output_tokens
 from tokenwatt.schema.result import PowerTraceSummary
 from tokenwatt.schema.run import ProbeRecord, RunFile
-from tokenwatt.schema.spec import FixedTokens, LognormalTokens, UniformTokens
 
 __all__ = [
     "GOODPUT_TOLERANCE",
@@ -124,20 +124,6 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=GOODPUT_TOLERANCE, abs_tol=1e-9)
 
 
-def _max_output_tokens(run: RunFile) -> int | None:
-    """The most output tokens the spec's workload can ask one request for (None: unbounded)."""
-    dist = run.spec.workload.output_tokens
-    if isinstance(dist, int):
-        return dist
-    if isinstance(dist, FixedTokens):
-        return dist.value
-    if isinstance(dist, UniformTokens):
-        return dist.max
-    if isinstance(dist, LognormalTokens):
-        return dist.max
-    return None  # from a trace, or chat-mix-v1's unbounded tail: bounded by the context only
-
-
 def _check_client_bound(where: str, probe: ProbeRecord) -> None:
     """A probe's client-bound verdict must follow from its requests' send lags and rates."""
     table = probe.requests
@@ -187,7 +173,7 @@ def _check_probe(path: str, run: RunFile, probe: ProbeRecord) -> None:
             f"{where}.output_tokens is {probe.output_tokens}, but its successful requests"
             f" carry {ok_tokens}; the run file is inconsistent"
         )
-    most = _max_output_tokens(run)
+    most = max_output_tokens(run.spec.workload)
     if most is not None and max(table.output_tokens, default=0) > most:
         raise ResultError(
             f"{where}: a window request carries {max(table.output_tokens)} output tokens, more"
