@@ -189,6 +189,12 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
             ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms),
             tpot_over_pct=_over_pct(p, "tpot_ms", slo.tpot_p99_ms),
+            running_mean=_round(p.engine.running_mean, 2) if p.engine else None,
+            waiting_mean=_round(p.engine.waiting_mean, 2) if p.engine else None,
+            kv_cache_usage_mean_pct=_round(p.engine.kv_cache_usage_mean_pct, 2)
+            if p.engine
+            else None,
+            preemptions=p.engine.preemptions if p.engine else None,
         )
         for p in run.probes
     ]
@@ -307,6 +313,9 @@ def _config(
         capacity_bracket_rps=[_round(v, 3) for v in estimate.bracket_rps],
         capacity_fits=_capacity_fits(figures),
         sweep_strategy=figures.sweep_strategy,
+        engine_telemetry=figures.telemetry,
+        audits=figures.audits,
+        power_validity=figures.power_validity,
     )
 
 
@@ -364,6 +373,26 @@ def _hardware(ref: RunFile) -> ResultHardware:
     )
 
 
+def telemetry_notes(config: ConfigResult) -> list[str]:
+    """What the engine said at the confirmed rate that makes it less than a steady state."""
+    t = config.engine_telemetry
+    rate = config.confirmed_rate_rps
+    if t is None or rate is None:
+        return []
+    notes: list[str] = []
+    if t.preemptions:
+        notes.append(
+            f"Config '{config.label}': the engine preempted {t.preemptions} request(s) at the"
+            f" confirmed rate {rate:g} req/s (KV cache full: recomputed or swapped work)"
+        )
+    if t.queue_growing:
+        notes.append(
+            f"Config '{config.label}': the engine's waiting queue grew during a confirmation"
+            f" window at {rate:g} req/s (not a steady state)"
+        )
+    return notes
+
+
 def _not_covered(
     runs: Sequence[LoadedRun], configs: Sequence[ConfigResult], *, band_pct: float | None
 ) -> list[str]:
@@ -406,6 +435,8 @@ def _not_covered(
                 f" {run.power.max_gap_fraction:.0%} of a confirmed window"
             )
     for config in configs:
+        for note in telemetry_notes(config):
+            add(note)
         if config.confirmed_rate_rps is None:
             add(f"Config '{config.label}': no arrival rate met the SLO")
         elif (

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tokenwatt.load.engine_metrics import EngineMetrics, EngineReading
 from tokenwatt.schema.run import EngineSeries, EngineTelemetry
+
+if TYPE_CHECKING:  # tokenwatt.load imports this module: the reader's types only
+    from tokenwatt.load.engine_metrics import EngineMetrics, EngineReading
 
 __all__ = [
     "GROWING_QUEUE_REQUESTS",

@@ -18,11 +18,14 @@ from tokenwatt.schema.spec import Spec
 __all__ = [
     "CapacityFitSummary",
     "ConfigAccuracy",
+    "ConfigAudits",
     "ConfigMeasurement",
     "ConfigResult",
+    "ConfigTelemetry",
     "Fleet",
     "PowerTracePoint",
     "PowerTraceSummary",
+    "PowerValidity",
     "ProbePoint",
     "ResultAccuracy",
     "ResultFile",
@@ -195,6 +198,19 @@ class ProbePoint(StrictModel):
         default=None, description="Window requests over the TPOT bound, % of those counted"
     )
 
+    running_mean: NonNeg | None = Field(
+        default=None, description="Engine's mean running requests over the window"
+    )
+    waiting_mean: NonNeg | None = Field(
+        default=None, description="Engine's mean queued requests over the window"
+    )
+    kv_cache_usage_mean_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Engine's mean KV-cache usage over the window, %"
+    )
+    preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Engine preemptions during the window"
+    )
+
     @model_validator(mode="after")
     def _percentiles_ordered(self) -> ProbePoint:
         for what in ("ttft", "tpot"):
@@ -257,6 +273,71 @@ class CapacityFitSummary(StrictModel):
     probes_used: Annotated[int, Field(ge=0)] = 0
     lower_bound_rps: NonNeg | None = None
     upper_bound_rps: NonNeg | None = None
+
+
+class ConfigTelemetry(StrictModel):
+    """What the engine's /metrics said at the confirmed rate, over the confirmation's windows.
+
+    null: not measured (the engine does not expose it, or was not scraped).
+    """
+
+    dialect: str | None = None
+    running_mean: NonNeg | None = None
+    waiting_mean: NonNeg | None = None
+    kv_cache_usage_mean_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    kv_cache_usage_max_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Sum over the confirmation's windows"
+    )
+    prefix_cache_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    spec_decode_acceptance_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    queue_growing: bool = Field(
+        default=False, description="The waiting queue grew in a confirmation window"
+    )
+
+
+class ConfigAudits(StrictModel):
+    """The probe audits of one configuration (tokenwatt.audits), summed for the page."""
+
+    probes: Annotated[int, Field(ge=0)] = Field(description="Probes audited")
+    conservation_failures: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Probes whose window requests are not all accounted for"
+    )
+    usage_mismatches: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window requests: usage differs from the chunks"
+    )
+    over_max_tokens: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window requests with more tokens than asked"
+    )
+    short_ignore_eos: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window ignore_eos requests that stopped short"
+    )
+    token_examples: list[str] = Field(default_factory=list, description="A few of them")
+    littles_law_worst_pct: float | None = Field(
+        default=None,
+        description="Largest disagreement of the engine's count with arrival rate x time in"
+        " system over the confirmation's windows, %; null = not audited",
+    )
+    littles_law_agrees: bool | None = Field(
+        default=None, description="Every confirmation window within the tolerance"
+    )
+
+
+class PowerValidity(StrictModel):
+    """How complete the power readings of the confirmation's windows are."""
+
+    coverage_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Least-covered window's share with readings, %"
+    )
+    max_gap_s: NonNeg | None = Field(
+        default=None, description="Longest stretch of a window without a reading, s"
+    )
+    gpus_seen: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="GPUs the readings covered (board sources)"
+    )
+    gpus_expected: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="GPUs in use"
+    )
 
 
 class ConfigResult(StrictModel):
@@ -325,6 +406,15 @@ class ConfigResult(StrictModel):
     )
     sweep_strategy: Literal["bisect", "adaptive", "rates"] | None = Field(
         default=None, description="How the probes were placed"
+    )
+    engine_telemetry: ConfigTelemetry | None = Field(
+        default=None, description="The engine's /metrics at the confirmed rate"
+    )
+    audits: ConfigAudits | None = Field(
+        default=None, description="Little's law, conservation and token accounting"
+    )
+    power_validity: PowerValidity | None = Field(
+        default=None, description="Coverage, gaps and GPUs of the confirmation's power readings"
     )
 
     @model_validator(mode="after")
