@@ -56,6 +56,7 @@ from tokenwatt.plan import (  # noqa: E402
 from tokenwatt.schema.result import Verdict  # noqa: E402
 from tokenwatt.schema.spec import LoadedSpec, SimSpec, Spec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
+from tokenwatt.sweep import ProbePlan  # noqa: E402
 
 
 def configured(path: str, args: argparse.Namespace, sim_over: str | None = None) -> LoadedSpec:
@@ -123,7 +124,9 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
         if t.estimate.capacity_rps is not None
     ]
     bounded = [t for t in trials if t.estimate.ci_rps is not None]
-    covered = sum(1 for t in bounded if t.estimate.ci_rps[0] <= truth <= t.estimate.ci_rps[1])
+    covered = sum(
+        1 for t in bounded if (ci := t.estimate.ci_rps) is not None and ci[0] <= truth <= ci[1]
+    )
     widths = [t.estimate.half_width_pct for t in bounded if t.estimate.half_width_pct is not None]
     return {
         "mode": "accuracy",
@@ -247,11 +250,13 @@ def warmup(args: argparse.Namespace) -> dict[str, object]:
                 config, workload, request_timeout_s=float(spec.measurement.request_timeout_s)
             )
             record = server.probe(
+                ProbePlan(
+                    phase="search",
+                    rate_rps=args.rate,
+                    warmup_s=warm,
+                    window_s=float(spec.measurement.window_s),
+                ),
                 index=1,
-                phase="search",
-                rate_rps=args.rate,
-                warmup_s=warm,
-                window_s=float(spec.measurement.window_s),
                 slo=spec.slo,
             ).record
             assert record.requests is not None

@@ -28,6 +28,7 @@ from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.load.probe import LoadGenerator, available_cpus
 from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.spec import SloSpec
+from tokenwatt.sweep import ProbePlan
 
 SLO = SloSpec(ttft_p99_ms=60_000, tpot_p99_ms=60_000)
 RATES = [250, 500, 750, 1000, 1250, 1500, 1750, 2000, 2250, 2500, 3000, 3500, 4000, 5000, 6000]
@@ -48,11 +49,8 @@ async def ladder(base_url: str, *, workers: int, tokens: int, warmup_s: float, w
     async with LoadGenerator(spec.engine, work, workers=workers, request_timeout_s=30) as gen:
         for index, rate in enumerate(RATES):
             r = await gen.probe(
+                ProbePlan(phase="rates", rate_rps=rate, warmup_s=warmup_s, window_s=window_s),
                 index=index,
-                phase="rates",
-                rate_rps=rate,
-                warmup_s=warmup_s,
-                window_s=window_s,
                 slo=SLO,
             )
             lags = sorted(r.requests.send_lag_ms)
@@ -115,7 +113,7 @@ async def open_streams(base_url: str, *, streams: int, workers: int) -> dict[str
         max_concurrency=2 * streams,
     ) as gen:
         r = await gen.probe(
-            index=99, phase="rates", rate_rps=rate, warmup_s=17, window_s=5, slo=SLO
+            ProbePlan(phase="rates", rate_rps=rate, warmup_s=17, window_s=5), index=99, slo=SLO
         )
     return {
         "rate": rate,

@@ -67,6 +67,7 @@ from tokenwatt.load.workload import Workload, build_workload
 from tokenwatt.metrics import latency_stats
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.sim.launch import SimProcess, SimSettings, launch
+from tokenwatt.sweep import ProbePlan
 
 MARKER = "Starting main benchmark run"
 MODEL = ["tiny"]  # "sim" when the server is nginx-sse (--nginx-ttft-ms) or the simulator (--sim)
@@ -138,11 +139,8 @@ async def ours(
     # scraping: vllm bench does not scrape, and each scrape costs vLLM's API server ~6 ms.
     async with LoadGenerator(spec.engine, work, request_timeout_s=120, workers=1) as gen:
         return await gen.probe(
+            ProbePlan(phase="rates", rate_rps=rate, warmup_s=warmup_s, window_s=window_s),
             index=index,
-            phase="rates",
-            rate_rps=rate,
-            warmup_s=warmup_s,
-            window_s=window_s,
             slo=spec.slo,
         )
 

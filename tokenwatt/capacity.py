@@ -60,6 +60,7 @@ from tokenwatt.schema.spec import SloSpec
 
 __all__ = [
     "CONFIDENCE",
+    "MIN_PAIRED_DOF",
     "MIN_PROBES",
     "MIN_WINDOW_REQUESTS",
     "NEIGHBOURHOOD_LN",
@@ -82,7 +83,11 @@ CONFIDENCE = 0.95
 TARGET_FRACTION = 0.01
 """p99: at most 1 % of requests over the bound."""
 NEIGHBOURHOOD_LN = 0.35
-"""Probes within this distance of the crossing in ln r (about ±22 %) enter the fit."""
+"""Probes within this distance of the crossing in ln r (rates from 0.70 to 1.42 times it) enter
+the fit."""
+MIN_PAIRED_DOF = 3
+"""The paired fit of :func:`relative_capacity` is used only if it keeps this many degrees of
+freedom."""
 MIN_PROBES = 3
 """The fit needs at least this many probes (two parameters and one for the dispersion)."""
 _MAX_ITER = 200
@@ -501,6 +506,8 @@ class RelativeCapacity:
     probes_used: list[int]
     residual_sd: float
     """Scatter of the probes' ln p99 about the fit (weighted by window requests)."""
+    paired_streams: int = 0
+    """Workload streams the fit paired the configurations on (0: unpaired)."""
 
     def change_pct(self, k: int) -> float:
         """Configuration k's capacity change against the first, %."""
@@ -514,17 +521,21 @@ class RelativeCapacity:
         return ((math.exp(ci[0]) - 1.0) * 100.0, (math.exp(ci[1]) - 1.0) * 100.0)
 
 
-def _p99_rows(
-    probes: Sequence[ProbeRecord], name: SloName, bound_ms: float
-) -> list[tuple[float, float, float]]:
-    rows: list[tuple[float, float, float]] = []
+_Row = tuple[float, float, float, int]
+"""(ln rate, ln p99/S, window requests, the probe's index = its workload stream)."""
+
+
+def _p99_rows(probes: Sequence[ProbeRecord], name: SloName, bound_ms: float) -> list[_Row]:
+    rows: list[_Row] = []
     for p in probes:
         if p.client_bound or p.early_stop is not None or p.window_requests < MIN_WINDOW_REQUESTS:
             continue
         p99 = (p.ttft_ms if name == "ttft" else p.tpot_ms).p99
         if p99 is None or not math.isfinite(p99) or p99 <= 0:
             continue
-        rows.append((math.log(p.rate_rps), math.log(p99 / bound_ms), float(p.window_requests)))
+        rows.append(
+            (math.log(p.rate_rps), math.log(p99 / bound_ms), float(p.window_requests), p.index)
+        )
     return rows
 
 
@@ -534,6 +545,7 @@ def relative_capacity(
     *,
     binding: SloName,
     centres_rps: Sequence[float | None],
+    paired: bool = False,
     confidence: float = CONFIDENCE,
 ) -> RelativeCapacity | None:
     """Capacity of every run relative to the first, from a joint fit of their probes.
@@ -550,12 +562,25 @@ def relative_capacity(
     keeps this from estimating each capacity cancels in the ratio, and the p99's magnitude
     carries more information than a count of requests over the bound.
 
+    **Pairing (common random numbers).** When every configuration ran the same workload with the
+    same seed, probe i of each saw the same requests on the same arrival schedule, only scaled in
+    time by its rate (stream i). What that stream holds (a cluster of long requests, a burst)
+    moves the p99 of every configuration alike: on the demo scenario, ln p99 TPOT of the same
+    stream at each configuration's capacity correlates 0.88 between the two. With ``paired``,
+    the fit gives each stream that at least two configurations probed near their crossings its
+    own intercept u_s (y = alpha_k + u_s + kappa x), so the comparison is made within streams
+    and their common part cancels; a stream probed by one configuration only adds nothing to
+    the ratio. The degrees of freedom lose one per such stream; when that leaves fewer than
+    :data:`MIN_PAIRED_DOF`, the unpaired fit is used.
+
     Args:
         runs: each configuration's probes, the reference first.
         slo: the latency objective.
         binding: the bound to compare on (the reference's binding SLO).
         centres_rps: each configuration's capacity estimate, to centre its neighbourhood
             (None: the geometric mean of its probes' rates).
+        paired: the configurations share their workload and seed (stream i is the same
+            requests in every one): fit stream intercepts, see above.
         confidence: of the intervals.
 
     Returns:
@@ -571,11 +596,12 @@ def relative_capacity(
         centres.append(
             math.log(centre)
             if centre is not None and centre > 0
-            else sum(x for x, _, _ in r) / len(r)
+            else sum(row[0] for row in r) / len(r)
         )
     fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    chosen: list[tuple[int, list[_Row]]] = []
     for _ in range(8):
-        chosen: list[tuple[int, list[tuple[float, float, float]]]] = []
+        chosen = []
         for k, r in enumerate(rows):
             centre_k = centres[k]
             near = sorted(r, key=lambda row: abs(row[0] - centre_k))
@@ -596,8 +622,18 @@ def relative_capacity(
         centres = new
     assert fit is not None
     beta, design, y, w, used = fit
+    paired_streams = 0
+    if paired:
+        design_p, y_p, w_p = _relative_design(chosen, k_count, streams=True)
+        dof_p = len(y_p) - design_p.shape[1]
+        if design_p.shape[1] > k_count + 1 and dof_p >= MIN_PAIRED_DOF:
+            sw = np.sqrt(w_p)
+            beta_p, _, rank, _ = np.linalg.lstsq(design_p * sw[:, None], y_p * sw, rcond=None)
+            if rank == design_p.shape[1] and float(beta_p[k_count]) > 0:
+                beta, design, y, w = beta_p, design_p, y_p, w_p
+                paired_streams = design.shape[1] - k_count
     kappa = float(beta[k_count])
-    dof = len(y) - (k_count + 1)
+    dof = len(y) - design.shape[1]
     resid = y - design @ beta
     s2 = float((w * resid * resid).sum() / dof)
     cov = s2 * np.linalg.inv((design.T * w) @ design)
@@ -606,7 +642,7 @@ def relative_capacity(
     cis: list[tuple[float, float] | None] = [(0.0, 0.0)]
     ses: list[float | None] = [0.0]
     for k in range(1, k_count):
-        g = np.zeros(k_count + 1)
+        g = np.zeros(design.shape[1])
         g[0], g[k] = 1.0, -1.0
         num = float(g @ beta)
         v_nn = float(g @ cov @ g)
@@ -632,20 +668,35 @@ def relative_capacity(
         slope=kappa,
         probes_used=[int(u) for u in used],
         residual_sd=math.sqrt(s2),
+        paired_streams=paired_streams,
     )
 
 
 def _relative_design(
-    chosen: Sequence[tuple[int, Sequence[tuple[float, float, float]]]], k_count: int
+    chosen: Sequence[tuple[int, Sequence[_Row]]], k_count: int, *, streams: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weighted fit's design matrix, observations and weights.
+
+    Columns: one intercept per configuration, the slope, then (``streams``) one intercept per
+    stream probed by two or more configurations, the first of them left out (it is the
+    reference the configurations' intercepts then stand for).
+    """
+    seen: dict[int, set[int]] = {}
+    for k, rows in chosen:
+        for entry in rows:
+            seen.setdefault(entry[3], set()).add(k)
+    shared = sorted(s for s, ks in seen.items() if len(ks) >= 2)[1:] if streams else []
+    column = {s: k_count + 1 + j for j, s in enumerate(shared)}
     xs: list[list[float]] = []
     ys: list[float] = []
     ws: list[float] = []
     for k, rows in chosen:
-        for x, y, w in rows:
-            row = [0.0] * (k_count + 1)
+        for x, y, w, stream in rows:
+            row = [0.0] * (k_count + 1 + len(shared))
             row[k] = 1.0
             row[k_count] = x
+            if stream in column:
+                row[column[stream]] = 1.0
             xs.append(row)
             ys.append(y)
             ws.append(w)

@@ -6,7 +6,9 @@ their SLO capacities from one joint fit of both runs' probes
 (:func:`tokenwatt.capacity.relative_capacity`), with its 95 % interval. Both configurations see
 the same arrival schedules and request lengths at the same rate (each probe of a run uses its
 own workload stream, the same for every run of the comparison: common random numbers), so what
-differs between them is the configuration, not the luck of the draw. When the comparison holds a
+differs between them is the configuration, not the luck of the draw; when the runs' workload
+sections are the same (seed included), the fit pairs them stream by stream, so what a stream's
+requests do to every configuration alike cancels from the ratio. When the comparison holds a
 repeat of the baseline (role ``other``), its capacity change against the baseline is the
 *drift*, and the interval is widened by its size on both sides: a change the baseline shows
 against itself is no evidence. Outcomes, from the widened interval:
@@ -288,11 +290,13 @@ def verdict_from_probes(
     slo: SloSpec,
     *,
     max_drop_pts: float | None,
+    paired: bool = False,
 ) -> Verdict:
     """The verdict on SLO capacity from every configuration's probes, the baseline first.
 
     One joint fit (:func:`tokenwatt.capacity.relative_capacity`) on the bound that binds the
-    baseline, then :func:`capacity_verdict`.
+    baseline, then :func:`capacity_verdict`. ``paired``: the configurations ran the same
+    workload with the same seed (common random numbers), so the fit pairs them stream by stream.
     """
     base = configs[0][0]
     relative = relative_capacity(
@@ -300,6 +304,7 @@ def verdict_from_probes(
         slo,
         binding=base.binding_slo or "tpot",
         centres_rps=[figures.capacity_rps for figures, _ in configs],
+        paired=paired,
     )
     return capacity_verdict(
         [figures for figures, _ in configs],
@@ -427,8 +432,13 @@ def capacity_verdict(
         ci_low_pct=low,
         ci_high_pct=high,
         ci_method=(
-            "joint fit of ln p99 against ln rate with a common slope (Fieller interval,"
-            f" Student's t with {dof} df), widened by the drift"
+            "joint fit of ln p99 against ln rate with a common slope"
+            + (
+                f", paired on {relative.paired_streams} shared workload streams"
+                if relative.paired_streams
+                else ""
+            )
+            + f" (Fieller interval, Student's t with {dof} df), widened by the drift"
         ),
         test=None,
         basis="slo_capacity",

@@ -1,6 +1,6 @@
 """Memory-bandwidth utilisation (MBU): bytes a decode step reads ÷ step time ÷ rated bandwidth.
 
-DESIGN.md, "MBU". For ``B`` running sequences (the mean running batch)::
+For ``B`` running sequences (the mean running batch)::
 
     bytes/step = dense weights + E·(1−(1−k/E)^B) routed experts per MoE layer + B × KV(context)
     steps/s    = output tok/s ÷ B

@@ -321,7 +321,7 @@ async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | N
 async def _engine_metrics(client: OpenAIClient) -> str | None:
     """The engine's ``/metrics`` URL when it has a running-request gauge, else None.
 
-    The running batch B of the MBU estimate then comes from the engine's own gauge (DESIGN.md),
+    The running batch B of the MBU estimate then comes from the engine's own gauge,
     else from Little's law; each probe records which (``batch_source``).
     """
     url = f"{client.root_url}/metrics"
@@ -427,18 +427,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 index = len(state.probes)
                 progress.probe_started(plan, index, gen.workers_for(plan.rate_rps))
                 t0 = time.monotonic_ns()
-                record = await gen.probe(
-                    index=index,
-                    phase=plan.phase,
-                    rate_rps=plan.rate_rps,
-                    warmup_s=plan.warmup_s,
-                    window_s=plan.window_s,
-                    slo=spec.slo,
-                    attempt=plan.attempt,
-                    repeat=plan.repeat,
-                    early_stop=plan.early_stop,
-                    certify_pass=plan.certify_pass,
-                )
+                record = await gen.probe(plan, index=index, slo=spec.slo)
                 state.probe_ns.append(time.monotonic_ns() - t0)
                 state.probes.append(record)
                 sweep.observe(record, state.probe_ns[-1] / 1e9)

@@ -74,10 +74,10 @@ PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 """The percentiles every latency summary reports."""
 
 MIN_ACHIEVED_RATE_FRACTION = 0.97
-"""DESIGN.md: an achieved arrival rate under 97 % of the offered rate makes a probe client-bound."""
+"""An achieved arrival rate under 97 % of the offered rate makes a probe client-bound."""
 
 MAX_SEND_LAG_P99_MS = 10.0
-"""DESIGN.md: a probe whose p99 send lag exceeds 10 ms is client-bound."""
+"""A probe whose p99 send lag exceeds 10 ms is client-bound."""
 
 TableColumn = Literal["ttft_ms", "tpot_ms", "e2e_ms"]
 
@@ -226,7 +226,7 @@ def client_bound_reasons(
 ) -> list[str]:
     """Why the load generator, not the server, limited a probe (empty list: it did not).
 
-    DESIGN.md: client-bound when the achieved arrival rate is under 97 % of the offered rate or the
+    Client-bound when the achieved arrival rate is under 97 % of the offered rate or the
     p99 send lag exceeds 10 ms. Two more reasons follow from the same principle: a window request
     that waited for a concurrency slot was held back by the harness, and a request that failed
     for a client-side reason (out of file descriptors or local ports) says nothing about the
@@ -266,7 +266,7 @@ def client_bound_reasons(
 def slo_pass(
     *, ttft_ms: LatencyStats, tpot_ms: LatencyStats, slo: SloSpec, client_bound: bool
 ) -> bool:
-    """DESIGN.md "SLO pass": p99 TTFT and p99 TPOT within the SLO and not client-bound.
+    """The SLO pass: p99 TTFT and p99 TPOT within the SLO and not client-bound.
 
     A probe with no window requests, or whose p99 is unknown, does not pass.
     """

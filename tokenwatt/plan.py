@@ -48,7 +48,7 @@ from tokenwatt.schema.spec import LoadedSpec, Spec, SweepStrategy
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import settings_from_spec
 from tokenwatt.sim.virtual import VirtualServer
-from tokenwatt.sweep import SweepResult, make_strategy
+from tokenwatt.sweep import ProbePlan, SweepResult, make_strategy
 
 __all__ = [
     "PlanSummary",
@@ -151,18 +151,7 @@ def run_trial(
     probes: list[ProbeRecord] = []
     seconds: list[float] = []
     while (p := strategy.next()) is not None:
-        probe = server.probe(
-            index=len(probes),
-            phase=p.phase,
-            rate_rps=p.rate_rps,
-            warmup_s=p.warmup_s,
-            window_s=p.window_s,
-            slo=spec.slo,
-            attempt=p.attempt,
-            repeat=p.repeat,
-            early_stop=p.early_stop,
-            certify_pass=p.certify_pass,
-        )
+        probe = server.probe(p, index=len(probes), slo=spec.slo)
         probes.append(probe.record)
         seconds.append(probe.seconds)
         strategy.observe(probe.record, probe.seconds)
@@ -258,11 +247,8 @@ def true_capacity(
             seeded = with_seed(loaded, _TRUTH_SEED_BASE + s)
             server = _server(seeded, config, float(spec.measurement.request_timeout_s))
             record = server.probe(
+                ProbePlan(phase="search", rate_rps=rate, warmup_s=warmup_s, window_s=window_s),
                 index=0,
-                phase="search",
-                rate_rps=rate,
-                warmup_s=warmup_s,
-                window_s=window_s,
                 slo=spec.slo,
             ).record
             ttft.append(math.inf if record.ttft_ms.p99 is None else record.ttft_ms.p99)

@@ -84,7 +84,7 @@ POLICY: tuple[PolicyRule, ...] = (
         "max",
     ),
 )
-"""The limits (DESIGN.md, "Quick mode and publishing", and the audits)."""
+"""The limits (the methodology page's "Publishing policy" table, and the audits)."""
 
 # Rules without a number: each names a condition that makes a configuration unpublishable,
 # as (what the violation says, what the policy requires).

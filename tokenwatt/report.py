@@ -474,7 +474,13 @@ def _capacity_verdict(
         )
         for r, c in zip(ordered, configs, strict=True)
     ]
-    return compare.verdict_from_probes(inputs, ordered[0].run.spec.slo, max_drop_pts=max_drop)
+    workload = ordered[0].run.spec.workload
+    return compare.verdict_from_probes(
+        inputs,
+        ordered[0].run.spec.slo,
+        max_drop_pts=max_drop,
+        paired=all(r.run.spec.workload == workload for r in ordered),
+    )
 
 
 def _summary(

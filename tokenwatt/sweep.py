@@ -30,7 +30,7 @@ the remaining repeats of that attempt are skipped (they cannot change the outcom
 multiplied by ``backoff`` and confirmed again, at most ``max_backoffs`` times. The accepted
 rate is the first whose repeats all pass; if none does, the run has no confirmed rate.
 
-A client-bound probe never passes (DESIGN.md, "Probe"), so the sweep treats it as a fail.
+A client-bound probe never passes (see "Probe"), so the sweep treats it as a fail.
 
 **Probe-seconds.** GPU time is money: the run file records the wall time of every probe
 (``outcome.probe_seconds``, of which ``search_probe_seconds`` went to the search), and

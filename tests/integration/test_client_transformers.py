@@ -18,6 +18,7 @@ from tokenwatt.client.openai import OpenAIClient, request_body
 from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
+from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
 
@@ -123,7 +124,9 @@ async def test_probe_against_transformers_serve(transformers_server):
     work = build_workload(spec, context_tokens=4096)
     async with LoadGenerator(spec.engine, work, workers=1) as gen:
         record = await gen.probe(
-            index=0, phase="search", rate_rps=3.0, warmup_s=1.0, window_s=3.0, slo=spec.slo
+            ProbePlan(phase="search", rate_rps=3.0, warmup_s=1.0, window_s=3.0),
+            index=0,
+            slo=spec.slo,
         )
     assert record.window_requests >= 3
     assert record.failed == 0, record.failure_examples

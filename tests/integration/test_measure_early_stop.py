@@ -20,6 +20,7 @@ from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.sim.launch import launch, settings_from_spec
 from tokenwatt.store import load_spec
+from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -50,14 +51,16 @@ async def _probe(
     async with LoadGenerator(spec.engine, work, base_url=sim.base_url, **generator) as gen:
         t0 = time.monotonic()
         record = await gen.probe(
+            ProbePlan(
+                phase="search",
+                rate_rps=rate_rps,
+                warmup_s=WARMUP_S,
+                window_s=window_s,
+                early_stop=early_stop,
+                certify_pass=certify_pass,
+            ),
             index=index,
-            phase="search",
-            rate_rps=rate_rps,
-            warmup_s=WARMUP_S,
-            window_s=window_s,
             slo=slo or spec.slo,
-            early_stop=early_stop,
-            certify_pass=certify_pass,
         )
         elapsed_s = time.monotonic() - t0
     ProbeRecord.model_validate(record.model_dump())  # it round-trips through the schema

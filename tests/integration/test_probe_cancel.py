@@ -16,6 +16,7 @@ import asyncio, sys
 from tests import factories
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
+from tokenwatt.sweep import ProbePlan
 
 async def main():
     spec = factories.spec(
@@ -26,7 +27,8 @@ async def main():
     headers = {"X-Sim-TTFT-Ms": "10", "X-Sim-ITL-Ms": "40"}
     async with LoadGenerator(spec.engine, work, workers=int(sys.argv[2]), headers=headers) as gen:
         print("started", flush=True)
-        await gen.probe(index=0, phase="search", rate_rps=200, warmup_s=1, window_s=60, slo=spec.slo)
+        plan = ProbePlan(phase="search", rate_rps=200, warmup_s=1, window_s=60)
+        await gen.probe(plan, index=0, slo=spec.slo)
 
 try:
     asyncio.run(main())

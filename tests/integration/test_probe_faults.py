@@ -11,6 +11,7 @@ from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
+from tokenwatt.sweep import ProbePlan
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +31,9 @@ async def probe(url, *, rate=30.0, window=1.0):
     spec, work = setup(url)
     async with LoadGenerator(spec.engine, work, request_timeout_s=0.3, in_process=True) as gen:
         return await gen.probe(
-            index=0, phase="search", rate_rps=rate, warmup_s=0.2, window_s=window, slo=SLO
+            ProbePlan(phase="search", rate_rps=rate, warmup_s=0.2, window_s=window),
+            index=0,
+            slo=SLO,
         )
 
 
@@ -88,7 +91,9 @@ async def test_probe_records_its_index_and_phase(fault_server):
         workers=1,
     ) as gen:
         record = await gen.probe(
-            index=5, phase="rates", rate_rps=20.0, warmup_s=0.0, window_s=1.0, slo=spec.slo
+            ProbePlan(phase="rates", rate_rps=20.0, warmup_s=0.0, window_s=1.0),
+            index=5,
+            slo=spec.slo,
         )
     assert record.index == 5
     assert record.phase == "rates"

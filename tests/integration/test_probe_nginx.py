@@ -11,6 +11,7 @@ from tokenwatt.load.workload import build_workload
 from tokenwatt.metrics import MAX_SEND_LAG_P99_MS
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
+from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer]
 
@@ -33,7 +34,7 @@ async def test_probe_record_is_complete_and_right(nginx_sse):
         spec.engine, work, headers=DELAYS, request_timeout_s=10, workers=1
     ) as gen:
         record = await gen.probe(
-            index=0, phase="search", rate_rps=100.0, warmup_s=0.5, window_s=2.0, slo=SLO
+            ProbePlan(phase="search", rate_rps=100.0, warmup_s=0.5, window_s=2.0), index=0, slo=SLO
         )
     assert record.workers == 1
     assert record.started_utc >= started
@@ -84,7 +85,9 @@ async def test_same_index_same_schedule_other_index_other_schedule(nginx_sse):
     async with LoadGenerator(spec.engine, work, in_process=True) as gen:
         probes = [
             await gen.probe(
-                index=i, phase="rates", rate_rps=50.0, warmup_s=0.0, window_s=1.0, slo=SLO
+                ProbePlan(phase="rates", rate_rps=50.0, warmup_s=0.0, window_s=1.0),
+                index=i,
+                slo=SLO,
             )
             for i in (7, 7, 8)
         ]
@@ -99,10 +102,10 @@ async def test_two_worker_processes(nginx_sse):
     spec, work = setup(nginx_sse)
     async with LoadGenerator(spec.engine, work, workers=2, headers=DELAYS) as gen:
         record = await gen.probe(
-            index=1, phase="search", rate_rps=150.0, warmup_s=0.5, window_s=2.0, slo=SLO
+            ProbePlan(phase="search", rate_rps=150.0, warmup_s=0.5, window_s=2.0), index=1, slo=SLO
         )
         again = await gen.probe(
-            index=1, phase="search", rate_rps=150.0, warmup_s=0.0, window_s=1.0, slo=SLO
+            ProbePlan(phase="search", rate_rps=150.0, warmup_s=0.0, window_s=1.0), index=1, slo=SLO
         )
     assert record.workers == 2
     assert record.failed == 0
@@ -122,7 +125,7 @@ async def test_concurrency_cap_makes_the_probe_client_bound(nginx_sse):
         spec.engine, work, headers=slow, max_concurrency=2, in_process=True
     ) as gen:
         record = await gen.probe(
-            index=2, phase="search", rate_rps=40.0, warmup_s=0.0, window_s=1.0, slo=SLO
+            ProbePlan(phase="search", rate_rps=40.0, warmup_s=0.0, window_s=1.0), index=2, slo=SLO
         )
     assert record.failed == 0
     assert record.max_in_flight == 2
@@ -141,7 +144,7 @@ async def test_metrics_url_without_the_gauge_falls_back_to_littles_law(nginx_sse
         spec.engine, work, metrics_url=f"{nginx_sse.base_url}/metrics", in_process=True
     ) as gen:
         record = await gen.probe(
-            index=3, phase="search", rate_rps=20.0, warmup_s=0.0, window_s=1.0, slo=SLO
+            ProbePlan(phase="search", rate_rps=20.0, warmup_s=0.0, window_s=1.0), index=3, slo=SLO
         )
     assert record.batch_source == "littles_law"
 
@@ -154,7 +157,9 @@ async def test_gamma_and_constant_arrivals(nginx_sse):
         spec, work = setup(nginx_sse, arrival=arrival)
         async with LoadGenerator(spec.engine, work, in_process=True) as gen:
             record = await gen.probe(
-                index=4, phase="rates", rate_rps=rate, warmup_s=0.0, window_s=1.5, slo=SLO
+                ProbePlan(phase="rates", rate_rps=rate, warmup_s=0.0, window_s=1.5),
+                index=4,
+                slo=SLO,
             )
         assert record.failed == 0
         assert record.requests is not None

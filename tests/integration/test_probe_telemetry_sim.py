@@ -17,6 +17,7 @@ from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.sim.launch import launch, settings_from_spec
 from tokenwatt.store import load_spec
+from tokenwatt.sweep import ProbePlan
 from tokenwatt.telemetry import queue_growing
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -31,15 +32,22 @@ def capacity(repo: Path):
         yield loaded.spec, sim
 
 
-async def _probe(capacity, rate_rps: float, **options) -> ProbeRecord:
+async def _probe(
+    capacity, rate_rps: float, *, warmup_s: float, window_s: float, early_stop: bool = False
+) -> ProbeRecord:
     spec, sim = capacity
     work = build_workload(spec, context_tokens=4096)
     async with LoadGenerator(
         spec.engine, work, base_url=sim.base_url, metrics_url=sim.metrics_url, in_process=True
     ) as gen:
-        record = await gen.probe(
-            index=0, phase="search", rate_rps=rate_rps, slo=spec.slo, **options
+        plan = ProbePlan(
+            phase="search",
+            rate_rps=rate_rps,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            early_stop=early_stop,
         )
+        record = await gen.probe(plan, index=0, slo=spec.slo)
     return ProbeRecord.model_validate(record.model_dump())
 
 

@@ -5,6 +5,7 @@ import pytest
 from tests import factories
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
+from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
 
@@ -20,7 +21,9 @@ async def test_probe_against_vllm(vllm_server):
         spec.engine, work, metrics_url=f"{vllm_server.base_url}/metrics", workers=1
     ) as gen:
         record = await gen.probe(
-            index=0, phase="search", rate_rps=4.0, warmup_s=1.0, window_s=4.0, slo=spec.slo
+            ProbePlan(phase="search", rate_rps=4.0, warmup_s=1.0, window_s=4.0),
+            index=0,
+            slo=spec.slo,
         )
     assert record.window_requests >= 5
     assert record.failed == 0, record.failure_examples

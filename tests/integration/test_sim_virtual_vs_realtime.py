@@ -19,6 +19,7 @@ from tokenwatt.plan import engine_config
 from tokenwatt.sim.launch import launch, settings_from_spec
 from tokenwatt.sim.virtual import VirtualServer
 from tokenwatt.store import load_spec
+from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -33,18 +34,12 @@ async def test_a_virtual_probe_matches_the_same_probe_in_real_time(repo: Path):
     workload = build_workload(
         spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
     )
-    virtual = VirtualServer(config, workload, request_timeout_s=120).probe(
-        index=STREAM, phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S,
-        slo=spec.slo,
-    ).record  # fmt: skip
+    virtual = VirtualServer(config, workload, request_timeout_s=120).probe(ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S), index=STREAM, slo=spec.slo).record  # fmt: skip
     with launch(settings_from_spec(loaded)) as sim:
         async with LoadGenerator(
             spec.engine, workload, base_url=sim.base_url, request_timeout_s=120, workers=1
         ) as gen:
-            real = await gen.probe(
-                index=STREAM, phase="search", rate_rps=RATE, warmup_s=WARMUP_S,
-                window_s=WINDOW_S, slo=spec.slo,
-            )  # fmt: skip
+            real = await gen.probe(ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S), index=STREAM, slo=spec.slo)  # fmt: skip
     assert not real.client_bound, real.client_bound_reasons
     assert real.window_requests == virtual.window_requests
     assert real.requests is not None

@@ -187,6 +187,78 @@ def test_relative_capacity_by_hand():
     assert rel.dof == 8 - 3
 
 
+def test_paired_fit_cancels_what_a_stream_does_to_every_configuration():
+    # ln(p99 / S) = alpha_k + u_s + 0.5 ln r: stream s (probe index s, the same requests in both
+    # configurations) moves both curves by u_s. B crosses 10 % further right. The two sweeps
+    # probed their streams at different places relative to their crossings, so u_s does not
+    # average out of an unpaired fit; with an intercept per stream it cancels exactly.
+    u = (0.03, -0.02, 0.01, -0.015, 0.02)
+
+    def run(capacity_rps: float, rates: tuple[float, ...], noise: tuple[float, ...]):
+        out = []
+        for s, (r, e) in enumerate(zip(rates, noise, strict=True)):
+            p99 = 40.0 * math.exp(0.5 * math.log(r / capacity_rps) + u[s] + e)
+            out.append(factories.probe(s, rate=r, window_requests=500, ok=500,
+                                       tpot_ms=factories.stats(p99, 500)))  # fmt: skip
+        return out
+
+    rates_a = (9.0, 9.5, 10.5, 11.0, 10.0)
+    rates_b = (11.5, 10.5, 12.0, 11.2, 10.8)
+    zero = (0.0,) * 5
+    a, b = run(10.0, rates_a, zero), run(11.0, rates_b, zero)
+    unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
+    paired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
+    assert unpaired is not None
+    assert paired is not None
+    assert abs(unpaired.change_pct(1) - 10.0) > 0.1
+    assert paired.change_pct(1) == pytest.approx(10.0, rel=1e-9)
+    assert paired.slope == pytest.approx(0.5, rel=1e-9)
+    # Four shared streams after the reference one: 10 probes - (2 + 1 + 4) parameters.
+    assert paired.dof == 3
+    # Independent scatter on top: the interval holds the change and is narrower than the
+    # unpaired one, which carries the streams' effects as noise.
+    noise_a = (0.002, -0.001, 0.0015, -0.002, 0.0005)
+    noise_b = (-0.001, 0.002, -0.0015, 0.001, -0.0005)
+    a, b = run(10.0, rates_a, noise_a), run(11.0, rates_b, noise_b)
+    unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
+    paired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
+    assert unpaired is not None
+    assert paired is not None
+    ci = paired.ci_pct(1)
+    assert ci is not None
+    assert ci[0] < 10.0 < ci[1]
+    assert paired.log_se[1] is not None
+    assert unpaired.log_se[1] is not None
+    assert paired.log_se[1] < unpaired.log_se[1] / 3
+
+
+def test_paired_fit_falls_back_when_no_stream_is_shared_or_too_few_dof():
+    def run(capacity_rps: float, rates: tuple[float, ...], first: int):
+        return [
+            factories.probe(first + i, rate=r, window_requests=500, ok=500,
+                            tpot_ms=factories.stats(40.0 * math.sqrt(r / capacity_rps)
+                                                    * (1 + 0.01 * (-1) ** i), 500))
+            for i, r in enumerate(rates)
+        ]  # fmt: skip
+
+    a = run(10.0, (9.0, 9.5, 10.5, 11.0), 0)
+    b = run(11.0, (10.0, 10.5, 11.5, 12.0), 10)  # other streams: nothing to pair
+    unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0])
+    paired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
+    assert unpaired is not None
+    assert paired is not None
+    assert paired.log_ratio == unpaired.log_ratio
+    assert paired.dof == unpaired.dof
+    # Four shared streams of four probes each would leave 8 - (3 + 3) = 2 dof, under
+    # MIN_PAIRED_DOF: the unpaired fit (8 - 3 = 5 dof) is kept.
+    b = run(11.0, (10.0, 10.5, 11.5, 12.0), 0)
+    again = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
+    assert capacity.MIN_PAIRED_DOF == 3
+    assert again is not None
+    assert again.dof == 5
+    assert again.log_ratio == unpaired.log_ratio
+
+
 def test_relative_capacity_needs_two_usable_probes_each():
     a = [factories.probe(0, rate=10.0, window_requests=500, ok=500)]
     b = [factories.probe(0, rate=10.0, window_requests=500, ok=500)] * 2

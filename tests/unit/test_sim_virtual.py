@@ -12,6 +12,7 @@ from tokenwatt.plan import engine_config, with_seed, with_spec
 from tokenwatt.schema.spec import SimSpec
 from tokenwatt.sim.virtual import VirtualServer
 from tokenwatt.store import load_spec
+from tokenwatt.sweep import ProbePlan
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "specs" / "demo-sim.spec.yaml"
@@ -33,7 +34,9 @@ def server(*, seed: int = 0, timeout_s: float = 120.0, efficiency: float | None 
 
 def test_a_probe_keeps_every_window_request_and_its_figures_agree():
     spec, vs, workload = server()
-    probe = vs.probe(index=3, phase="search", rate_rps=9.0, warmup_s=10, window_s=30, slo=spec.slo)
+    probe = vs.probe(
+        ProbePlan(phase="search", rate_rps=9.0, warmup_s=10, window_s=30), index=3, slo=spec.slo
+    )
     rec = probe.record
     scheduled = list(itertools.takewhile(lambda t: t < 40.0, workload.arrivals(9.0, stream=3)))
     in_window = [t for t in scheduled if t >= 10.0]
@@ -56,8 +59,8 @@ def test_same_seed_same_record_and_every_config_sees_the_same_schedule():
     spec, a, _ = server()
     _, b, _ = server()
     _, tuned, _ = server(efficiency=0.85)
-    kw = dict(index=1, phase="search", rate_rps=10.0, warmup_s=5, window_s=15, slo=spec.slo)
-    ra, rb, rt = (s.probe(**kw).record for s in (a, b, tuned))
+    plan = ProbePlan(phase="search", rate_rps=10.0, warmup_s=5, window_s=15)
+    ra, rb, rt = (s.probe(plan, index=1, slo=spec.slo).record for s in (a, b, tuned))
     assert ra.requests == rb.requests
     # Common random numbers: the other config gets the same arrivals and lengths at this rate.
     assert ra.requests is not None
@@ -73,10 +76,7 @@ def test_same_seed_same_record_and_every_config_sees_the_same_schedule():
 
 def test_a_probe_over_the_slo_stops_early_on_a_certain_fail():
     spec, vs, workload = server()
-    stopped = vs.probe(
-        index=0, phase="search", rate_rps=18.0, warmup_s=5, window_s=30, slo=spec.slo,
-        early_stop=True,
-    )  # fmt: skip
+    stopped = vs.probe(ProbePlan(phase="search", rate_rps=18.0, warmup_s=5, window_s=30, early_stop=True), index=0, slo=spec.slo)  # fmt: skip
     stop = stopped.record.early_stop
     assert stop is not None
     assert stop.outcome == "fail"
@@ -91,12 +91,11 @@ def test_a_probe_over_the_slo_stops_early_on_a_certain_fail():
 
 def test_a_light_probe_stops_once_its_pass_is_certain():
     spec, vs, _ = server()
-    full = vs.probe(index=0, phase="search", rate_rps=6.0, warmup_s=5, window_s=40, slo=spec.slo)
+    full = vs.probe(
+        ProbePlan(phase="search", rate_rps=6.0, warmup_s=5, window_s=40), index=0, slo=spec.slo
+    )
     spec, vs, _ = server()
-    certified = vs.probe(
-        index=0, phase="search", rate_rps=6.0, warmup_s=5, window_s=40, slo=spec.slo,
-        certify_pass=True,
-    )  # fmt: skip
+    certified = vs.probe(ProbePlan(phase="search", rate_rps=6.0, warmup_s=5, window_s=40, certify_pass=True), index=0, slo=spec.slo)  # fmt: skip
     assert full.record.slo_pass
     assert certified.record.slo_pass
     stop = certified.record.early_stop
@@ -111,7 +110,7 @@ def test_a_light_probe_stops_once_its_pass_is_certain():
 def test_requests_past_their_timeout_fail():
     spec, vs, _ = server(timeout_s=1.0)  # answers of ~96 tokens at ~30 ms take ~3 s
     rec = vs.probe(
-        index=0, phase="search", rate_rps=5.0, warmup_s=2, window_s=10, slo=spec.slo
+        ProbePlan(phase="search", rate_rps=5.0, warmup_s=2, window_s=10), index=0, slo=spec.slo
     ).record
     assert rec.requests is not None
     assert rec.failures_by_cause.get("timeout", 0) > rec.window_requests // 2

@@ -30,7 +30,7 @@ FailureCause = Literal[
     "client_error",
     "cancelled",
 ]
-"""Why a request failed (DESIGN.md "Failed request"):
+"""Why a request failed (methodology page, "Request timings, failed requests and the SLO"):
 
 - ``http_error``: the server answered with a status other than 200.
 - ``connection_error``: refused, reset, or closed before the response was complete.
@@ -56,9 +56,9 @@ _NS_PER_MS = 1_000_000.0
 class RequestResult:
     """Everything measured about one streamed request. Times are monotonic-clock ns.
 
-    Timing properties follow DESIGN.md "Request timings" and return the raw measurement even for
-    a failed request (useful for diagnosis); statistics must treat failed requests as +inf, which
-    :mod:`tokenwatt.metrics` does from ``status``.
+    Timing properties follow the definitions of :mod:`tokenwatt.metrics` (methodology page) and
+    return the raw measurement even for a failed request (useful for diagnosis); statistics must
+    treat failed requests as +inf, which :mod:`tokenwatt.metrics` does from ``status``.
     """
 
     index: int

@@ -13,10 +13,10 @@ Two transports carry the streamed load, both feeding the same parser (:mod:`._st
 Everything else (``/v1/models``, version discovery, the non-streamed ``complete_text`` used by the
 accuracy check) goes through httpx.
 
-Timing definitions are DESIGN.md's. ``t_send`` is taken immediately before the request enters the
-HTTP client, after any wait for a concurrency slot: connection set-up (rare with keep-alive) is
-part of TTFT, because a user would wait for it too; the slot wait is recorded separately (it
-makes a probe client-bound) and shows in the send lag.
+Timing definitions are :mod:`tokenwatt.metrics`'s. ``t_send`` is taken immediately before the
+request enters the HTTP client, after any wait for a concurrency slot: connection set-up (rare
+with keep-alive) is part of TTFT, because a user would wait for it too; the slot wait is
+recorded separately (it makes a probe client-bound) and shows in the send lag.
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ class OpenAIClient:
     async def says_simulated(self) -> bool:
         """Whether the server says, on ``GET /version``, that it is a simulator.
 
-        tokenwatt's simulator answers ``"simulated": true`` there (DESIGN.md), whether it was
+        tokenwatt's simulator answers ``"simulated": true`` there, whether it was
         started by ``tokenwatt run`` (``engine.endpoint: sim``) or on its own (``tokenwatt
         sim``) and reached through a URL; a run against it must be marked simulated either way.
         """
@@ -543,8 +543,8 @@ class OpenAIClient:
         """One non-streamed ``/v1/completions`` request with a text prompt (gsm8k accuracy).
 
         ``engine.extra_body`` is merged into the request first, so that the check's own fields
-        (model, prompt, ``max_tokens``, ``stop``, ``temperature``: DESIGN.md's accuracy check
-        is greedy) are never overridden by what the spec sets for the load; ``ignore_eos`` is
+        (model, prompt, ``max_tokens``, ``stop``, ``temperature``: the accuracy check is
+        greedy) are never overridden by what the spec sets for the load; ``ignore_eos`` is
         not sent (answers must be allowed to stop). Never raises for a failed request: see
         ``status``.
         """

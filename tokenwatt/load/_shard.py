@@ -48,8 +48,8 @@ from tokenwatt.load.workload import Workload
 __all__ = [
     "EarlyStopRule",
     "ExceedTally",
-    "ProbePlan",
     "Shard",
+    "ShardPlan",
     "ShardResult",
     "precise_event_loop",
     "reduce_timer_slack",
@@ -197,7 +197,7 @@ class _Watched:
 
 
 @dataclass(frozen=True, slots=True)
-class ProbePlan:
+class ShardPlan:
     """What one shard runs for one probe."""
 
     rate_rps: float
@@ -305,7 +305,7 @@ class Shard:
 
     async def run(
         self,
-        plan: ProbePlan,
+        plan: ShardPlan,
         *,
         on_window_done: Callable[[], None],
         on_exceed: Callable[[int, int, int], None] | None = None,

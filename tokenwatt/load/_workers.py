@@ -1,6 +1,6 @@
 """Worker processes: each runs one :class:`~tokenwatt.load._shard.Shard` on its own event loop.
 
-The parent talks to them over pipes: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``
+The parent talks to them over pipes: ``("probe", ShardPlan)``, ``("stop",)``, ``("exit",)``
 in; ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot, finished)`` (early stop: the
 shard's counts of window requests over the SLO), ``("result", ShardResult)``, ``("error", text)``
 out. Workers ignore SIGINT (Ctrl-C reaches the whole process group; the parent decides how
@@ -26,8 +26,8 @@ from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.errors import TokenwattError
 from tokenwatt.load._shard import (
     ExceedTally,
-    ProbePlan,
     Shard,
+    ShardPlan,
     ShardResult,
     precise_event_loop,
     reduce_timer_slack,
@@ -62,7 +62,7 @@ class WorkerInit:
 def worker_main(conn: Connection, init: WorkerInit) -> None:
     """Entry point of a worker process: serve probe commands until told to exit.
 
-    Messages in: ``("probe", ProbePlan)``, ``("stop",)``, ``("exit",)``.
+    Messages in: ``("probe", ShardPlan)``, ``("stop",)``, ``("exit",)``.
     Messages out: ``("ready", pid)``, ``("window_done",)``, ``("exceed", ttft, tpot, finished)``,
     ``("result", ShardResult)``, ``("error", text)``.
     """
@@ -101,7 +101,7 @@ async def _serve(conn: Connection, init: WorkerInit) -> None:
     ) as client:
         shard = Shard(client, init.workload, spin_s=init.spin_s)
 
-        async def run(plan: ProbePlan) -> None:
+        async def run(plan: ShardPlan) -> None:
             try:
                 result = await shard.run(
                     plan,
@@ -195,7 +195,7 @@ class WorkerPool:
                 conn.send(message)
 
     async def run(
-        self, plans: Sequence[ProbePlan], *, tally: ExceedTally | None = None
+        self, plans: Sequence[ShardPlan], *, tally: ExceedTally | None = None
     ) -> list[ShardResult]:
         """Run one probe on every worker; stop them all once every window is done.
 

@@ -196,7 +196,7 @@ def _mean(samples: Sequence[Sample], names: Sequence[str]) -> float | None:
 async def find_running_gauge(url: str, *, timeout_s: float = 5.0) -> str | None:
     """Whether the engine's ``/metrics`` at ``url`` has a running-request gauge.
 
-    DESIGN.md: the running batch comes from the engine's ``/metrics`` when it has one, else from
+    The running batch comes from the engine's ``/metrics`` when it has one, else from
     Little's law. Asked once before the load starts, so that an engine without the page (or
     with another exporter's page) is not scraped four times a second for nothing.
 

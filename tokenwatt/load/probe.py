@@ -1,4 +1,4 @@
-"""Run one probe (DESIGN.md "Probe") and turn what it measured into a :class:`ProbeRecord`.
+"""Run one probe and turn what it measured into a :class:`ProbeRecord`.
 
 Timeline, on the monotonic clock (``time.monotonic_ns()``, the power sampler's clock too): the
 probe starts at ``t0``; ``[0, warmup_s)`` is warm-up and ``[warmup_s, warmup_s + window_s)`` the
@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from tokenwatt.client.openai import OpenAIClient, TransportName
-from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, ProbePlan, Shard
+from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, Shard, ShardPlan
 from tokenwatt.load._workers import WorkerInit, WorkerPool
 from tokenwatt.load.engine_metrics import EngineReading, sample_engine
 from tokenwatt.load.record import StopNote, build_probe_record
@@ -63,6 +63,7 @@ from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
 from tokenwatt.schema.spec import EngineSpec, SloSpec
+from tokenwatt.sweep import ProbePlan
 
 __all__ = [
     "EVENTS_PER_WORKER",
@@ -116,8 +117,8 @@ class LoadGenerator:
     Use as an async context manager, then call :meth:`probe` for each probe of a sweep::
 
         async with LoadGenerator(spec.engine, workload, request_timeout_s=300) as gen:
-            record = await gen.probe(index=0, phase="search", rate_rps=8.0,
-                                     warmup_s=45, window_s=60, slo=spec.slo)
+            record = await gen.probe(ProbePlan(phase="search", rate_rps=8.0, warmup_s=45,
+                                               window_s=60), index=0, slo=spec.slo)
 
     Args:
         engine: the spec's engine section.
@@ -287,43 +288,38 @@ class LoadGenerator:
 
     async def probe(
         self,
+        plan: ProbePlan,
         *,
         index: int,
-        phase: ProbePhase,
-        rate_rps: float,
-        warmup_s: float,
-        window_s: float,
         slo: SloSpec,
-        attempt: int = 0,
-        repeat: int | None = None,
         stream: int | None = None,
         keep_requests: bool = True,
-        early_stop: bool = False,
-        certify_pass: bool = False,
     ) -> ProbeRecord:
         """Run one probe and return its record.
 
         Args:
+            plan: what to run (the sweep's :class:`~tokenwatt.sweep.ProbePlan`: phase, rate,
+                warm-up, window, attempt, repeat; ``early_stop`` stops the probe as soon as it
+                has provably failed the SLO, ``certify_pass`` as soon as it has provably met it,
+                see the module docstring).
             index: position of the probe in the run; also the default workload stream, so
                 every probe sends prompts of its own.
-            phase: why the probe runs.
-            rate_rps: target arrival rate.
-            warmup_s: warm-up length, s.
-            window_s: measurement window length, s.
             slo: the latency objective.
-            attempt: confirm: back-off attempt.
-            repeat: confirm: repeat number.
             stream: workload stream (default: ``index``).
             keep_requests: include the window requests table in the record.
-            early_stop: stop as soon as the probe has provably failed the SLO (see the module
-                docstring).
-            certify_pass: stop as soon as the probe has provably met the SLO (the window
-                requests still to finish could no longer push either p99 over its bound).
 
         Raises:
             ValueError: a non-positive rate or window.
             TokenwattError: a worker process failed.
         """
+        phase, rate_rps, warmup_s, window_s = (
+            plan.phase,
+            plan.rate_rps,
+            plan.warmup_s,
+            plan.window_s,
+        )
+        attempt, repeat = plan.attempt, plan.repeat
+        early_stop, certify_pass = plan.early_stop, plan.certify_pass
         if not rate_rps > 0 or not window_s > 0 or warmup_s < 0:
             raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
         base_stream = index if stream is None else stream
@@ -425,7 +421,7 @@ class LoadGenerator:
         )
         try:
             plans = [
-                ProbePlan(
+                ShardPlan(
                     rate_rps=rate_rps,
                     warmup_s=warmup_s,
                     window_s=window_s,

@@ -163,7 +163,7 @@ def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
         if config.tokens_per_joule is not None:
             return config.tokens_per_joule, False
         if config.node_power_kw:
-            # DESIGN, "Power": tokens per joule = goodput / watts.
+            # methodology, "Power and energy": tokens per joule = goodput / watts.
             return config.goodput_tok_s / (config.node_power_kw * 1000), True
         return None, False
 

@@ -112,8 +112,8 @@ def check_gpu_indices(
 
     "All of them" stands for the GPUs in use only when there are no more than ``in_use`` (the
     model's tensor parallel x replicas, when known): idle GPUs would add to the board power, and
-    every per-GPU figure would be divided by GPUs that serve nothing (DESIGN.md: the sum over
-    the GPUs in use).
+    every per-GPU figure would be divided by GPUs that serve nothing (methodology page, "Power and
+    energy": the sum over the GPUs in use).
 
     Raises:
         PowerError: an index is not among the GPUs NVML sees, or NVML sees more GPUs than

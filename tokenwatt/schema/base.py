@@ -49,7 +49,7 @@ Role = Literal["baseline", "tuned", "other"]
 """Role of a run in a comparison: ``other`` is, in the seed, a repeat of the baseline."""
 
 PowerSourceName = Literal["board", "redfish", "ipmi", "command", "prometheus", "none"]
-"""Where power readings come from (see DESIGN.md, "Power")."""
+"""Where power readings come from (methodology page, "Power and energy")."""
 
 WeightDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4", "nvfp4"]
 """Storage type of the weights."""

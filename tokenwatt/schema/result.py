@@ -377,10 +377,11 @@ class ConfigResult(StrictModel):
     approximate_output_requests: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
         description="Confirmation-window requests whose output tokens were counted from chunks"
-        " (the server sent no usage): the goodput is then approximate (DESIGN.md)",
+        " (the server sent no usage): the goodput is then approximate (methodology page,"
+        ' "Figures of a configuration")',
     )
     mbu_assumptions: list[str] | None = Field(
-        default=None, description="What the MBU estimate assumes (DESIGN.md: stated on the page)"
+        default=None, description="What the MBU estimate assumes (stated on the result page)"
     )
     run_file: str | None = Field(default=None, description="The run file this config came from")
     slo_capacity_rps: NonNeg | None = Field(

@@ -5,8 +5,9 @@ keeps its window requests (one column per quantity), each power sample its monot
 (the load generator's clock, so samples can be cut to measurement windows), and accuracy keeps
 every completion with its extracted answer.
 
-Latency statistics may be infinite (DESIGN.md: a failed request counts as +inf latency); JSON has
-no infinity, so those fields are written as the string ``"Infinity"`` and read back as ``inf``.
+Latency statistics may be infinite (a failed request counts as +inf latency:
+:mod:`tokenwatt.metrics`); JSON has no infinity, so those fields are written as the string
+``"Infinity"`` and read back as ``inf``.
 """
 
 from __future__ import annotations

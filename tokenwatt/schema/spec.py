@@ -409,7 +409,7 @@ class SweepSpec(StrictModel):
 
 
 class AccuracySpec(StrictModel):
-    """The accuracy gate (DESIGN.md, "Accuracy")."""
+    """The accuracy gate (methodology page, "Accuracy gate")."""
 
     suite: str = Field(
         min_length=1,
@@ -442,7 +442,7 @@ class AccuracySpec(StrictModel):
 
 
 class PowerSpec(StrictModel):
-    """Where power is read from (DESIGN.md, "Power")."""
+    """Where power is read from (methodology page, "Power and energy")."""
 
     source: PowerSourceName = Field(default="board", description="Power source")
     sampling_hz: Annotated[Num, Field(gt=0, le=1000)] = Field(

@@ -35,10 +35,11 @@ from tokenwatt.load._shard import EarlyStopRule, ShardResult, tokens_inside
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
-from tokenwatt.schema.run import ProbePhase, ProbeRecord
+from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.sim.api import TextSource
 from tokenwatt.sim.engine import EngineConfig, EngineCore, SimRequest
+from tokenwatt.sweep import ProbePlan
 
 __all__ = ["VirtualProbe", "VirtualServer"]
 
@@ -141,37 +142,31 @@ class VirtualServer:
 
     def probe(
         self,
+        plan: ProbePlan,
         *,
         index: int,
-        phase: ProbePhase,
-        rate_rps: float,
-        warmup_s: float,
-        window_s: float,
         slo: SloSpec,
-        attempt: int = 0,
-        repeat: int | None = None,
         stream: int | None = None,
-        early_stop: bool = False,
-        certify_pass: bool = False,
     ) -> VirtualProbe:
         """Run one probe and return its record (see the module docstring).
 
         Args:
+            plan: what to run, as :meth:`tokenwatt.load.probe.LoadGenerator.probe` takes it.
             index: position of the probe in the run; also the default workload stream.
-            phase: why the probe runs.
-            rate_rps: target arrival rate.
-            warmup_s: warm-up, s.
-            window_s: window, s.
             slo: the latency objective.
-            attempt: confirm: back-off attempt.
-            repeat: confirm: repeat number.
             stream: workload stream (default: ``index``).
-            early_stop: stop once the probe has provably failed (``sweep.early_stop``).
-            certify_pass: also stop once it provably meets the SLO (adaptive search probes).
 
         Raises:
             ValueError: a non-positive rate or window.
         """
+        phase, rate_rps, warmup_s, window_s = (
+            plan.phase,
+            plan.rate_rps,
+            plan.warmup_s,
+            plan.window_s,
+        )
+        attempt, repeat = plan.attempt, plan.repeat
+        early_stop, certify_pass = plan.early_stop, plan.certify_pass
         if not rate_rps > 0 or not window_s > 0 or warmup_s < 0:
             raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
         stream = index if stream is None else stream
