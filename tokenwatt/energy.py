@@ -24,6 +24,9 @@ window is ``[start_ns, end_ns)`` on the load generator's monotonic clock.
   reading covers one sampling period either side of it; a recorded gap, where the source
   failed, is uncovered from the failed read to the next good one); the largest share over
   the windows. Above 10 % the page flags it.
+- **max_gap_s**: the longest stretch of a confirmed window without a reading (window edges
+  count as its ends), s. With **coverage** = 100 % - max_gap_fraction and the GPUs each reading
+  covers, it is what the publishing policy checks a power window by.
 
 A counter reading that does not advance while power is drawn, or windows not bracketed by
 counter readings, fall back to the integral (said in ``notes``).
@@ -53,6 +56,7 @@ __all__ = [
     "gap_flag",
     "gap_fraction",
     "integral_energy_j",
+    "max_gap_s",
     "mean_power_w",
     "methodology_markdown",
     "power_trace_summary",
@@ -130,6 +134,10 @@ class WindowFigures:
     """Per window, in the order given."""
     samples_in_windows: int
     notes: tuple[str, ...] = field(default=())
+    max_gap_s: float | None = None
+    """Longest stretch of a confirmed window without a reading, s."""
+    gpu_counts: tuple[int, ...] = ()
+    """The distinct numbers of GPUs the readings inside the windows cover (board sources)."""
 
 
 def confirmed_windows(probes: Sequence[ProbeRecord]) -> tuple[list[Window], int]:
@@ -337,6 +345,21 @@ def gap_fraction(
     return min(1.0, uncovered / (end_ns - start_ns))
 
 
+def max_gap_s(samples: Sequence[PowerSample], windows: Sequence[Window]) -> float | None:
+    """Longest stretch of any window without a reading, s (window edges count as ends).
+
+    Example: readings at 0, 1, 2, 8, 9 s of a [0, 10) s window: the longest stretch is 2 to
+    8 s, 6 s.
+    """
+    longest: float | None = None
+    for start, end in windows:
+        times = sorted(s.t_ns for s in samples if start <= s.t_ns < end)
+        edges = [start, *times, end]
+        gap = max(b - a for a, b in zip(edges, edges[1:], strict=False)) / 1e9
+        longest = gap if longest is None else max(longest, gap)
+    return longest
+
+
 def window_figures(
     evidence: PowerEvidence, windows: Sequence[Window], *, output_tokens: int
 ) -> WindowFigures:
@@ -411,6 +434,8 @@ def window_figures(
         gap_fractions=fractions,
         samples_in_windows=len(inside),
         notes=tuple(notes),
+        max_gap_s=max_gap_s(samples, wins) if wins else None,
+        gpu_counts=tuple(sorted({len(s.gpu_watts) for s in inside if s.gpu_watts is not None})),
     )
 
 

@@ -12,6 +12,13 @@ a file whose summary fields say something else. Definitions (methodology page):
   confirmation's repeats pooled, failures as +inf (:func:`tokenwatt.metrics.pooled_latency_stats`).
 - **SLO capacity**: :mod:`tokenwatt.capacity`, from every probe.
 - **Power and energy**: :mod:`tokenwatt.energy`, over the accepted confirmation's windows.
+- **Engine telemetry at the confirmed rate**: over the accepted confirmation's windows
+  (:mod:`tokenwatt.telemetry`), the mean of each window's mean running, waiting and KV usage,
+  the largest KV usage, the preemptions summed, the mean prefix-cache hit rate and
+  speculative-decoding acceptance; the queue is *growing* if it grew in any window.
+- **Audits** (:mod:`tokenwatt.audits`): probes whose requests are not all accounted for, over
+  every probe; token-accounting counts and the largest Little's-law disagreement over the
+  accepted confirmation's windows.
 """
 
 from __future__ import annotations
@@ -33,18 +40,29 @@ from tokenwatt.metrics import (
     pooled_latency_stats,
     slo_pass,
 )
-from tokenwatt.schema.result import PowerTraceSummary
+from tokenwatt.schema.limits import max_output_tokens
+from tokenwatt.schema.result import (
+    ConfigAudits,
+    ConfigTelemetry,
+    PowerTraceSummary,
+    PowerValidity,
+)
 from tokenwatt.schema.run import ProbeRecord, RunFile
-from tokenwatt.schema.spec import FixedTokens, LognormalTokens, UniformTokens
+from tokenwatt.telemetry import queue_growing
 
 __all__ = [
     "GOODPUT_TOLERANCE",
     "ConfigFigures",
     "OutcomeFigures",
+    "accepted_probes",
+    "audit_summary",
     "figures_of",
     "outcome_figures",
     "pooled_p99_ms",
+    "power_validity",
     "search_phases",
+    "telemetry_at_confirmed",
+    "window_power",
 ]
 
 GOODPUT_TOLERANCE = 1e-6
@@ -116,26 +134,92 @@ class ConfigFigures:
     boundary_gap_pct: float | None
     """How far above the confirmed rate the lowest failing probe ran, %."""
     sweep_strategy: Literal["bisect", "adaptive", "rates"]
+    telemetry: ConfigTelemetry | None = None
+    audits: ConfigAudits | None = None
+    power_validity: PowerValidity | None = None
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return math.fsum(known) / len(known) if known else None
+
+
+def telemetry_at_confirmed(accepted: Sequence[ProbeRecord]) -> ConfigTelemetry | None:
+    """The engine's telemetry over the accepted confirmation's windows (None: not scraped)."""
+    seen = [p.engine for p in accepted if p.engine is not None]
+    if not seen:
+        return None
+    preemptions = [t.preemptions for t in seen]
+    kv_max = [t.kv_cache_usage_max_pct for t in seen if t.kv_cache_usage_max_pct is not None]
+    return ConfigTelemetry(
+        dialect=next((t.dialect for t in seen if t.dialect is not None), None),
+        running_mean=_mean([t.running_mean for t in seen]),
+        waiting_mean=_mean([t.waiting_mean for t in seen]),
+        kv_cache_usage_mean_pct=_mean([t.kv_cache_usage_mean_pct for t in seen]),
+        kv_cache_usage_max_pct=max(kv_max) if kv_max else None,
+        preemptions=(
+            sum(p for p in preemptions if p is not None)
+            if all(p is not None for p in preemptions)
+            else None
+        ),
+        prefix_cache_hit_rate_pct=_mean([t.prefix_cache_hit_rate_pct for t in seen]),
+        spec_decode_acceptance_pct=_mean([t.spec_decode_acceptance_pct for t in seen]),
+        queue_growing=any(queue_growing(t) for t in seen),
+    )
+
+
+def audit_summary(run: RunFile, accepted: Sequence[ProbeRecord]) -> ConfigAudits:
+    """The run's probe audits, summed (see the module docstring)."""
+    conservation = [p.audits.conservation for p in run.probes if p.audits is not None]
+    tokens = [p.audits.tokens for p in accepted if p.audits is not None and p.audits.tokens]
+    littles = [p.audits.littles_law for p in accepted if p.audits is not None]
+    audited = [a for a in littles if a is not None]
+    worst = max(audited, key=lambda a: abs(a.disagreement_pct)) if audited else None
+    examples = [e for t in tokens if t is not None for e in t.examples]
+    return ConfigAudits(
+        probes=sum(1 for p in run.probes if p.audits is not None),
+        conservation_failures=sum(1 for c in conservation if c is not None and not c.holds),
+        usage_mismatches=sum(t.usage_mismatches for t in tokens if t is not None),
+        over_max_tokens=sum(t.over_max_tokens for t in tokens if t is not None),
+        short_ignore_eos=sum(t.short_ignore_eos for t in tokens if t is not None),
+        token_examples=examples[:3],
+        littles_law_worst_pct=worst.disagreement_pct if worst is not None else None,
+        littles_law_agrees=all(a.agrees for a in audited) if audited else None,
+    )
+
+
+def accepted_probes(run: RunFile) -> list[ProbeRecord]:
+    """The probes of the accepted confirmation (none when no rate was confirmed)."""
+    outcome = run.outcome
+    if outcome is None or outcome.confirmed_rate_rps is None:
+        return []
+    return [run.probes[i] for i in outcome.confirm_probes if i < len(run.probes)]
+
+
+def window_power(run: RunFile, accepted: Sequence[ProbeRecord]) -> energy.WindowFigures | None:
+    """The power figures over the accepted probes' windows (None: no power evidence)."""
+    if run.power is None:
+        return None
+    windows, tokens = energy.confirmed_windows(accepted)
+    return energy.window_figures(run.power, windows, output_tokens=tokens)
+
+
+def power_validity(run: RunFile, power: energy.WindowFigures | None) -> PowerValidity | None:
+    """Coverage, longest gap and GPUs of the power readings over the confirmed windows."""
+    if power is None or power.max_gap_fraction is None:
+        return None
+    return PowerValidity(
+        coverage_pct=round((1.0 - power.max_gap_fraction) * 100.0, 3),
+        max_gap_s=round(power.max_gap_s, 3) if power.max_gap_s is not None else None,
+        gpus_seen=list(power.gpu_counts),
+        gpus_expected=len(run.environment.gpus) or None,
+    )
 
 
 def _close(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
     return math.isclose(a, b, rel_tol=GOODPUT_TOLERANCE, abs_tol=1e-9)
-
-
-def _max_output_tokens(run: RunFile) -> int | None:
-    """The most output tokens the spec's workload can ask one request for (None: unbounded)."""
-    dist = run.spec.workload.output_tokens
-    if isinstance(dist, int):
-        return dist
-    if isinstance(dist, FixedTokens):
-        return dist.value
-    if isinstance(dist, UniformTokens):
-        return dist.max
-    if isinstance(dist, LognormalTokens):
-        return dist.max
-    return None  # from a trace, or chat-mix-v1's unbounded tail: bounded by the context only
 
 
 def _check_client_bound(where: str, probe: ProbeRecord) -> None:
@@ -187,7 +271,7 @@ def _check_probe(path: str, run: RunFile, probe: ProbeRecord) -> None:
             f"{where}.output_tokens is {probe.output_tokens}, but its successful requests"
             f" carry {ok_tokens}; the run file is inconsistent"
         )
-    most = _max_output_tokens(run)
+    most = max_output_tokens(run.spec.workload)
     if most is not None and max(table.output_tokens, default=0) > most:
         raise ResultError(
             f"{where}: a window request carries {max(table.output_tokens)} output tokens, more"
@@ -234,10 +318,9 @@ def _check_outcome(path: str, run: RunFile, figures: OutcomeFigures) -> None:
 
 def _power(path: str, run: RunFile, accepted: Sequence[ProbeRecord]) -> energy.WindowFigures | None:
     evidence = run.power
-    if evidence is None:
+    figures = window_power(run, accepted)
+    if evidence is None or figures is None:
         return None
-    windows, tokens = energy.confirmed_windows(accepted)
-    figures = energy.window_figures(evidence, windows, output_tokens=tokens)
     stored = {
         "node_power_kw": evidence.node_power_kw,
         "energy_j": evidence.energy_j,
@@ -282,11 +365,7 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
         return ConfigFigures(empty, capacity, None, None, None, None, strategy)
     figures = outcome_figures(run.probes, outcome.confirm_probes, outcome.confirmed_rate_rps)
     _check_outcome(path, run, figures)
-    accepted = (
-        [run.probes[i] for i in outcome.confirm_probes if i < len(run.probes)]
-        if figures.confirmed_rate_rps is not None
-        else []
-    )
+    accepted = accepted_probes(run)
     power = _power(path, run, accepted)
     trace: PowerTraceSummary | None = None
     if run.power is not None and run.power.source != "none":
@@ -302,4 +381,7 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
         probe_seconds=outcome.probe_seconds,
         boundary_gap_pct=_boundary_gap_pct(run, figures.confirmed_rate_rps),
         sweep_strategy=strategy,
+        telemetry=telemetry_at_confirmed(accepted),
+        audits=audit_summary(run, accepted),
+        power_validity=power_validity(run, power),
     )

@@ -2,16 +2,27 @@
 
 The policy is recomputed from the numbers a file carries, never trusted from its ``status``
 field: the seed is marked "published" but was measured with 120 s windows, 2 repeats and 50
-questions, so it fails here. The table :data:`POLICY` is the one place the minimums live; the
+questions, so it fails here. The table :data:`POLICY` is the one place the limits live; the
 methodology page and ``tokenwatt validate --publish`` both read it.
+
+Beyond the durations, the evidence must hold up to a reviewer's audits
+(:mod:`tokenwatt.audits`) over the confirmation windows: no token-accounting mismatch (a server
+whose usage disagrees with what it streamed cannot be trusted with the goodput), a power
+window covered by readings (coverage and longest gap, as InferenceX's strict mode and
+ML.ENERGY check them) from the GPUs in use, and the engine's own request count in agreement
+with Little's law. A figure that was not measured (no engine gauges, no power source) does not
+break these rules: what is missing is flagged on the page instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from tokenwatt.schema.result import ResultFile
+from tokenwatt import figures
+from tokenwatt.audits import LITTLES_LAW_TOLERANCE_PCT
+from tokenwatt.schema.result import ConfigAudits, PowerValidity, ResultFile
 from tokenwatt.schema.run import RunFile
 from tokenwatt.schema.spec import Spec
 
@@ -32,12 +43,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PolicyRule:
-    """One minimum of the publishing policy."""
+    """One limit of the publishing policy: a minimum, or (``bound="max"``) a maximum."""
 
     name: str
     what: str
     minimum: float
     unit: str
+    bound: Literal["min", "max"] = "min"
 
 
 POLICY: tuple[PolicyRule, ...] = (
@@ -45,8 +57,34 @@ POLICY: tuple[PolicyRule, ...] = (
     PolicyRule("warmup_s", "warm-up before each window", 60, "s"),
     PolicyRule("repeats", "confirmation repeats at the found rate", 3, ""),
     PolicyRule("accuracy_questions", "accuracy questions per seed", 200, ""),
+    PolicyRule(
+        "token_mismatches",
+        "token-accounting mismatches (usage vs chunks, outputs over max_tokens, short ignore_eos"
+        " outputs) in the confirmation windows",
+        0,
+        "",
+        "max",
+    ),
+    PolicyRule(
+        "power_coverage_pct", "power readings' coverage of each confirmation window", 95, "%"
+    ),
+    PolicyRule(
+        "power_max_gap_s",
+        "longest stretch of a confirmation window without a power reading",
+        3,
+        "s",
+        "max",
+    ),
+    PolicyRule(
+        "littles_law_disagreement_pct",
+        "disagreement of the engine's running + waiting requests with arrival rate x mean time"
+        " in system, in any confirmation window",
+        LITTLES_LAW_TOLERANCE_PCT,
+        "%",
+        "max",
+    ),
 )
-"""The minimums (the methodology page's "Publishing policy" table)."""
+"""The limits (the methodology page's "Publishing policy" table, and the audits)."""
 
 # Rules without a number: each names a condition that makes a configuration unpublishable,
 # as (what the violation says, what the policy requires).
@@ -58,6 +96,14 @@ FLAG_RULES: dict[str, tuple[str, str]] = {
     ),
     "incomplete": ("the run was interrupted or aborted", "every run complete"),
     "no_accuracy": ("accuracy was not measured", "accuracy measured"),
+    "power_gpu_count": (
+        "the power readings do not cover the GPUs in use",
+        "power readings from exactly the GPUs in use",
+    ),
+    "conservation": (
+        "window requests of the arrival schedule are not all accounted for",
+        "every scheduled window request accounted for (ok, failed, cancelled or never sent)",
+    ),
 }
 
 
@@ -73,6 +119,22 @@ class Measured:
     quick: bool = False
     simulated: bool = False
     complete: bool = True
+    token_mismatches: int | None = None
+    power_coverage_pct: float | None = None
+    power_max_gap_s: float | None = None
+    littles_law_disagreement_pct: float | None = None
+    power_gpus_seen: tuple[int, ...] = ()
+    power_gpus_expected: int | None = None
+    conservation_failures: int = 0
+
+    @property
+    def wrong_gpu_count(self) -> str | None:
+        """Why the power readings do not cover the GPUs in use, or None if they do."""
+        expected = self.power_gpus_expected
+        if expected is None or not self.power_gpus_seen or set(self.power_gpus_seen) == {expected}:
+            return None
+        seen = ", ".join(str(n) for n in self.power_gpus_seen)
+        return f"the power readings cover {seen} GPU(s), {expected} are in use"
 
 
 @dataclass(frozen=True)
@@ -88,7 +150,7 @@ class Violation:
 
 
 def _fmt(value: float, unit: str) -> str:
-    text = f"{value:g}"
+    text = f"{value:.4g}"
     return f"{text} {unit}" if unit else text
 
 
@@ -108,13 +170,25 @@ def check_measured(items: Iterable[Measured]) -> list[Violation]:
                 if rule.name == "accuracy_questions":
                     add("no_accuracy", FLAG_RULES["no_accuracy"][0], item.subject)
                 continue
-            if value < rule.minimum:
+            broken_rule = value > rule.minimum if rule.bound == "max" else value < rule.minimum
+            if broken_rule:
                 add(
                     rule.name,
-                    f"{rule.what} is {_fmt(value, rule.unit)}, the minimum is"
+                    f"{rule.what} is {_fmt(value, rule.unit)}, the"
+                    f" {'maximum' if rule.bound == 'max' else 'minimum'} is"
                     f" {_fmt(rule.minimum, rule.unit)}",
                     item.subject,
                 )
+        wrong_gpus = item.wrong_gpu_count
+        if wrong_gpus is not None:
+            add("power_gpu_count", wrong_gpus, item.subject)
+        if item.conservation_failures:
+            add(
+                "conservation",
+                f"{item.conservation_failures} probe(s) lost window requests of the arrival"
+                " schedule",
+                item.subject,
+            )
         for flag, present in (
             ("quick", item.quick),
             ("simulated", item.simulated),
@@ -147,6 +221,7 @@ def measured_of_result(result: ResultFile) -> list[Measured]:
                     quick=m.quick,
                     simulated=m.simulated or bool(result.simulated),
                     complete=m.complete,
+                    **_evidence(config.audits, config.power_validity, result.hardware.count),
                 )
             )
         else:
@@ -166,6 +241,26 @@ def measured_of_result(result: ResultFile) -> list[Measured]:
     return out
 
 
+def _evidence(
+    audits: ConfigAudits | None, power: PowerValidity | None, gpus_in_use: int | None
+) -> dict[str, Any]:
+    """The audit inputs of the policy from a config's figures (absent: not measured)."""
+    fields: dict[str, Any] = {}
+    if audits is not None:
+        fields["token_mismatches"] = (
+            audits.usage_mismatches + audits.over_max_tokens + audits.short_ignore_eos
+        )
+        fields["conservation_failures"] = audits.conservation_failures
+        if audits.littles_law_worst_pct is not None:
+            fields["littles_law_disagreement_pct"] = abs(audits.littles_law_worst_pct)
+    if power is not None:
+        fields["power_coverage_pct"] = power.coverage_pct
+        fields["power_max_gap_s"] = power.max_gap_s
+        fields["power_gpus_seen"] = tuple(power.gpus_seen)
+        fields["power_gpus_expected"] = power.gpus_expected or gpus_in_use
+    return fields
+
+
 def check_result(result: ResultFile) -> list[Violation]:
     """Every rule the result breaks; empty means publishable."""
     return check_measured(measured_of_result(result))
@@ -175,6 +270,8 @@ def check_run(run: RunFile) -> list[Violation]:
     """Every rule a run breaks, from the durations it actually used."""
     eff = run.effective
     questions = run.accuracy.limit if run.accuracy is not None else None
+    accepted = figures.accepted_probes(run)
+    power = figures.window_power(run, accepted)
     return check_measured(
         [
             Measured(
@@ -186,6 +283,9 @@ def check_run(run: RunFile) -> list[Violation]:
                 quick=run.quick,
                 simulated=run.simulated,
                 complete=run.complete,
+                **_evidence(
+                    figures.audit_summary(run, accepted), figures.power_validity(run, power), None
+                ),
             )
         ]
     )
@@ -211,7 +311,11 @@ def check_spec(spec: Spec) -> list[Violation]:
 def describe() -> list[dict[str, str]]:
     """The policy as rows for the methodology page: rule, requirement."""
     rows = [
-        {"rule": r.name, "requirement": f"{r.what} ≥ {_fmt(r.minimum, r.unit)}"} for r in POLICY
+        {
+            "rule": r.name,
+            "requirement": f"{r.what} {'≤' if r.bound == 'max' else '≥'} {_fmt(r.minimum, r.unit)}",
+        }
+        for r in POLICY
     ]
     rows += [{"rule": name, "requirement": need} for name, (_, need) in FLAG_RULES.items()]
     return rows

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tokenwatt import capacity, compare, policy
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
@@ -188,6 +190,12 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
             ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms),
             tpot_over_pct=_over_pct(p, "tpot_ms", slo.tpot_p99_ms),
+            running_mean=_round(p.engine.running_mean, 2) if p.engine else None,
+            waiting_mean=_round(p.engine.waiting_mean, 2) if p.engine else None,
+            kv_cache_usage_mean_pct=_round(p.engine.kv_cache_usage_mean_pct, 2)
+            if p.engine
+            else None,
+            preemptions=p.engine.preemptions if p.engine else None,
         )
         for p in run.probes
     ]
@@ -306,6 +314,9 @@ def _config(
         capacity_bracket_rps=[_round(v, 3) for v in estimate.bracket_rps],
         capacity_fits=_capacity_fits(figures),
         sweep_strategy=figures.sweep_strategy,
+        engine_telemetry=figures.telemetry,
+        audits=figures.audits,
+        power_validity=figures.power_validity,
     )
 
 
@@ -363,6 +374,26 @@ def _hardware(ref: RunFile) -> ResultHardware:
     )
 
 
+def telemetry_notes(config: ConfigResult) -> list[str]:
+    """What the engine said at the confirmed rate that makes it less than a steady state."""
+    t = config.engine_telemetry
+    rate = config.confirmed_rate_rps
+    if t is None or rate is None:
+        return []
+    notes: list[str] = []
+    if t.preemptions:
+        notes.append(
+            f"Config '{config.label}': the engine preempted {t.preemptions} request(s) at the"
+            f" confirmed rate {rate:g} req/s (KV cache full: recomputed or swapped work)"
+        )
+    if t.queue_growing:
+        notes.append(
+            f"Config '{config.label}': the engine's waiting queue grew during a confirmation"
+            f" window at {rate:g} req/s (not a steady state)"
+        )
+    return notes
+
+
 def _not_covered(
     runs: Sequence[LoadedRun], configs: Sequence[ConfigResult], *, band_pct: float | None
 ) -> list[str]:
@@ -405,6 +436,8 @@ def _not_covered(
                 f" {run.power.max_gap_fraction:.0%} of a confirmed window"
             )
     for config in configs:
+        for note in telemetry_notes(config):
+            add(note)
         if config.confirmed_rate_rps is None:
             add(f"Config '{config.label}': no arrival rate met the SLO")
         elif (
@@ -570,51 +603,62 @@ def build_result(
     model = ref.spec.model
     replicas = f"{model.replicas} replica{'s' if model.replicas != 1 else ''}"
     reproduce = "\n".join(r.run.command for r in runs) + "\n\n" + report_command
-    draft = ResultFile(
-        id=result_id or slugify(title),
-        status="draft",
-        title=title,
-        published=min(r.run.environment.started_utc for r in runs).date(),
-        summary=_summary(ref, hardware, ordered, verdict.text),
-        hardware=hardware,
-        software=ResultSoftware(
-            engine=ref.spec.engine.name,
-            engine_version=ref.environment.engine_version or ref.spec.engine.version,
-            kernels=ref.spec.engine.kernels,
-        ),
-        model=ResultModel(
-            name=model.name,
-            shape=ref.model_shape or "unknown",
-            quantization=f"{model.weight_dtype.upper()} weights, {model.kv_dtype.upper()} KV cache",
-            parallelism=f"{replicas} \u00d7 TP{model.tensor_parallel}",
-        ),
-        slo=ResultSlo(ttft_p99_ms=ref.spec.slo.ttft_p99_ms, tpot_p99_ms=ref.spec.slo.tpot_p99_ms),
-        workload=ResultWorkload(
-            trace=ref.spec.workload.trace,
-            input_tokens=_tokens_text(
-                ref.spec.workload.input_tokens, ref.spec.workload.trace, "input_tokens"
+    try:
+        draft = ResultFile(
+            id=result_id or slugify(title),
+            status="draft",
+            title=title,
+            published=min(r.run.environment.started_utc for r in runs).date(),
+            summary=_summary(ref, hardware, ordered, verdict.text),
+            hardware=hardware,
+            software=ResultSoftware(
+                engine=ref.spec.engine.name,
+                engine_version=ref.environment.engine_version or ref.spec.engine.version,
+                kernels=ref.spec.engine.kernels,
             ),
-            output_tokens=_tokens_text(
-                ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
+            model=ResultModel(
+                name=model.name,
+                shape=ref.model_shape or "unknown",
+                quantization=f"{model.weight_dtype.upper()} weights,"
+                f" {model.kv_dtype.upper()} KV cache",
+                parallelism=f"{replicas} \u00d7 TP{model.tensor_parallel}",
             ),
-            arrival=_arrival_text(ref.spec),
-        ),
-        power=power_block,
-        accuracy=accuracy_block,
-        runs=min(r.run.effective.repeats for r in runs),
-        variance_band_pct=round(band, 2),
-        fleet=fleet,
-        configs=configs,
-        not_covered=_not_covered(ordered, configs, band_pct=None if on_capacity else band),
-        reproduce=reproduce,
-        spec=spec,
-        schema_version=1,
-        simulated=any(r.run.simulated for r in runs),
-        verdict=verdict,
-        mismatches=mismatches or None,
-        tokenwatt_version=ref.environment.tokenwatt_version,
-        created_utc=now or dt.datetime.now(dt.UTC),
-    )
+            slo=ResultSlo(
+                ttft_p99_ms=ref.spec.slo.ttft_p99_ms, tpot_p99_ms=ref.spec.slo.tpot_p99_ms
+            ),
+            workload=ResultWorkload(
+                trace=ref.spec.workload.trace,
+                input_tokens=_tokens_text(
+                    ref.spec.workload.input_tokens, ref.spec.workload.trace, "input_tokens"
+                ),
+                output_tokens=_tokens_text(
+                    ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
+                ),
+                arrival=_arrival_text(ref.spec),
+            ),
+            power=power_block,
+            accuracy=accuracy_block,
+            runs=min(r.run.effective.repeats for r in runs),
+            variance_band_pct=round(band, 2),
+            fleet=fleet,
+            configs=configs,
+            not_covered=_not_covered(ordered, configs, band_pct=None if on_capacity else band),
+            reproduce=reproduce,
+            spec=spec,
+            schema_version=1,
+            simulated=any(r.run.simulated for r in runs),
+            verdict=verdict,
+            mismatches=mismatches or None,
+            tokenwatt_version=ref.environment.tokenwatt_version,
+            created_utc=now or dt.datetime.now(dt.UTC),
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            str(e["msg"]).removeprefix("Value error, ") for e in exc.errors(include_url=False)
+        )
+        raise ResultError(
+            f"the runs give a result no measurement can produce: {problems}"
+        ) from None
     # Published only if the policy, recomputed from the numbers, says so.
     if not policy.check_result(draft):
         draft.status = "published"

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +64,8 @@ _ERROR_CLASS: dict[FileKind, type[InputError]] = {
 }
 _MODEL: dict[FileKind, type[BaseModel]] = {"spec": Spec, "run": RunFile, "result": ResultFile}
 _MAX_ERRORS_SHOWN = 8
+_TOP_LEVEL = "(top level)"
+_NAMES_FIELD = re.compile(r"[a-z_]+(\[\d+\])?(\.[a-z_0-9]+(\[\d+\])?)*: ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +199,7 @@ def _field_path(loc: tuple[int | str, ...], data: Any, *, missing: bool) -> str:
         ):
             parts.append(f".{item}" if parts else item)
             current = current.get(item)
-    return "".join(parts) or "(top level)"
+    return "".join(parts) or _TOP_LEVEL
 
 
 def _short(value: Any) -> str:
@@ -233,7 +236,11 @@ def format_validation_error(
             continue
         seen.add(field)
         kept.append((field, msg))
-    lines = [f"{field}: {msg}" for field, msg in kept[:_MAX_ERRORS_SHOWN]]
+    # A whole-file check (schema.limits) names its own fields: no "(top level)" before them.
+    lines = [
+        msg if field == _TOP_LEVEL and _NAMES_FIELD.match(msg) else f"{field}: {msg}"
+        for field, msg in kept[:_MAX_ERRORS_SHOWN]
+    ]
     more = len(kept) - _MAX_ERRORS_SHOWN
     if more > 0:
         lines.append(f"... and {more} more")

@@ -32,6 +32,8 @@ REQUIRED = {
     "vllm:e2e_request_latency_seconds": "histogram",
     "vllm:request_success_total": "counter",
     "vllm:num_preemptions_total": "counter",
+    "vllm:prefix_cache_queries_total": "counter",
+    "vllm:prefix_cache_hits_total": "counter",
     "vllm:cache_config_info": "gauge",
 }
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests import factories
 from tokenwatt import policy, store
 from tokenwatt.schema.result import ConfigMeasurement, ResultFile
@@ -15,8 +17,18 @@ def full_measurement() -> dict[str, int]:
 
 
 def test_table_holds_the_design_minimums():
-    table = {r.name: r.minimum for r in policy.POLICY}
-    assert table == {"window_s": 300, "warmup_s": 60, "repeats": 3, "accuracy_questions": 200}
+    table = {r.name: (r.bound, r.minimum) for r in policy.POLICY}
+    assert table == {
+        "window_s": ("min", 300),
+        "warmup_s": ("min", 60),
+        "repeats": ("min", 3),
+        "accuracy_questions": ("min", 200),
+        # The audits (issue 17): InferenceX's strict power mode, zero-tolerance token checks.
+        "token_mismatches": ("max", 0),
+        "power_coverage_pct": ("min", 95),
+        "power_max_gap_s": ("max", 3),
+        "littles_law_disagreement_pct": ("max", 25),
+    }
 
 
 def test_seed_breaks_the_four_minimums_on_every_config(seed_path):
@@ -79,3 +91,53 @@ def test_describe_lists_every_rule():
     names = [row["rule"] for row in policy.describe()]
     assert names[:4] == ["window_s", "warmup_s", "repeats", "accuracy_questions"]
     assert "quick" in names
+
+
+def _audited(seed_path, **changes):
+    from tests import result_factories
+    from tokenwatt.schema.result import ResultFile
+
+    data = result_factories.full_mode_data(seed_path)
+    for config in data["configs"]:
+        config["audits"] = {"probes": 9, "littles_law_worst_pct": -4.0, "littles_law_agrees": True}
+        config["power_validity"] = {
+            "coverage_pct": 100.0,
+            "max_gap_s": 1.0,
+            "gpus_seen": [1],
+            "gpus_expected": 1,
+        }
+    for dotted, value in changes.items():
+        section, field = dotted.split(".")
+        data["configs"][1][section][field] = value
+    return ResultFile.model_validate(data)
+
+
+def test_audited_full_result_is_publishable(seed_path):
+    assert policy.check_result(_audited(seed_path)) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "rule", "words"),
+    [
+        ({"audits.usage_mismatches": 2}, "token_mismatches", "is 2, the maximum is 0"),
+        ({"audits.short_ignore_eos": 1}, "token_mismatches", "is 1, the maximum is 0"),
+        ({"power_validity.coverage_pct": 93.5}, "power_coverage_pct", "is 93.5 %, the minimum"),
+        ({"power_validity.max_gap_s": 5.2}, "power_max_gap_s", "is 5.2 s, the maximum is 3 s"),
+        ({"power_validity.gpus_seen": [2]}, "power_gpu_count", "cover 2 GPU(s), 1 are in use"),
+        ({"audits.littles_law_worst_pct": -40.0}, "littles_law_disagreement_pct", "is 40 %"),
+        ({"audits.conservation_failures": 1}, "conservation", "1 probe(s) lost"),
+    ],
+)
+def test_audit_gates_name_the_reason(seed_path, change, rule, words):
+    broken = policy.check_result(_audited(seed_path, **change))
+    assert [v.rule for v in broken] == [rule]
+    assert words in broken[0].message
+    assert broken[0].subjects == ("tuned 'tuned kernels'",)
+
+
+def test_the_methodology_table_states_the_audit_gates():
+    rows = {row["rule"]: row["requirement"] for row in policy.describe()}
+    assert rows["power_max_gap_s"].endswith("≤ 3 s")
+    assert rows["power_coverage_pct"].endswith("≥ 95 %")
+    assert rows["token_mismatches"].endswith("≤ 0")
+    assert "power_gpu_count" in rows

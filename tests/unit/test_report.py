@@ -88,6 +88,12 @@ def test_full_inputs_meeting_the_policy_are_published():
             goodput_tok_s=r.probes[1].goodput_tok_s,
         )
         outcome = r.outcome.model_copy(update={"confirm_probes": [1, 2, 3], "slo_pass_count": 3})
+        assert r.power is not None
+        assert r.power.node_power_kw is not None
+        # Readings over all three windows: a window without any fails the power-coverage rule.
+        power = factories._board_power(
+            [r.probes[1], r.probes[2], extra], node_power_kw=r.power.node_power_kw, capped=0
+        )
         runs.append(
             factories.recomputed(
                 r.model_copy(
@@ -97,6 +103,7 @@ def test_full_inputs_meeting_the_policy_are_published():
                         "accuracy": acc,
                         "probes": [*r.probes, extra],
                         "outcome": outcome,
+                        "power": power,
                     }
                 )
             )

@@ -22,7 +22,7 @@ arrivals would fall under 97 % by chance about one time in three.
 
 Running batch (defined in :mod:`tokenwatt.metrics`): sampled from the engine's Prometheus
 running-request gauge (:data:`~tokenwatt.load.engine_metrics.RUNNING_GAUGES`) during the window by
-:func:`~tokenwatt.load.engine_metrics.sample_running_batch` when a ``/metrics`` URL is given and a
+:func:`~tokenwatt.load.engine_metrics.sample_engine` when a ``/metrics`` URL is given and a
 sample arrives, else by Little's law over the requests' decode intervals.
 
 Early stop (``early_stop=True``, the spec's ``sweep.early_stop``): the window-request count N is
@@ -57,7 +57,7 @@ from types import TracebackType
 from tokenwatt.client.openai import OpenAIClient, TransportName
 from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, Shard, ShardPlan
 from tokenwatt.load._workers import WorkerInit, WorkerPool
-from tokenwatt.load.engine_metrics import sample_running_batch
+from tokenwatt.load.engine_metrics import EngineReading, sample_engine
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
@@ -402,15 +402,14 @@ class LoadGenerator:
         t0_ns = time.monotonic_ns() + int(_START_LEAD_S * _NS)
         window_start_ns = t0_ns + round(warmup_s * _NS)
         window_end_ns = window_start_ns + round(window_s * _NS)
-        samples: list[float] = []
+        readings: list[EngineReading] = []
         errors: list[str] = []
         sampler: asyncio.Task[None] | None = None
         if self.metrics_url is not None:
             sampler = asyncio.get_running_loop().create_task(
-                sample_running_batch(
-                    self.metrics_url, window_start_ns, window_end_ns, samples, errors
-                )
+                sample_engine(self.metrics_url, window_start_ns, window_end_ns, readings, errors)
             )
+        scheduled = self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
         logger.info(
             "probe %d (%s): %.3f req/s, warm-up %g s, window %g s, %d worker(s)",
             index,
@@ -458,7 +457,7 @@ class LoadGenerator:
                 sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-            if errors and not samples:
+            if errors and not readings:
                 logger.warning(
                     "no running-batch samples from %s (%s): running batch from Little's law"
                     " instead",
@@ -478,7 +477,9 @@ class LoadGenerator:
             shards=results,
             slo=slo,
             max_concurrency=self.max_concurrency,
-            running_samples=samples,
+            engine_readings=readings if self.metrics_url is not None else None,
+            scrape_errors=len(errors),
+            scheduled=scheduled,
             keep_requests=keep_requests,
             stop=(
                 StopNote(

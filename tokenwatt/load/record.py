@@ -18,11 +18,21 @@ from typing import Literal
 
 import numpy as np
 
-from tokenwatt import metrics
+from tokenwatt import audits, metrics
 from tokenwatt.client.openai import RequestResult
 from tokenwatt.load._shard import ShardResult
-from tokenwatt.schema.run import EarlyStop, LatencyStats, ProbePhase, ProbeRecord, RequestTable
+from tokenwatt.load.engine_metrics import EngineReading
+from tokenwatt.schema.run import (
+    EarlyStop,
+    EngineTelemetry,
+    LatencyStats,
+    ProbeAudits,
+    ProbePhase,
+    ProbeRecord,
+    RequestTable,
+)
 from tokenwatt.schema.spec import SloSpec
+from tokenwatt.telemetry import engine_telemetry
 
 __all__ = ["StopNote", "build_probe_record"]
 
@@ -90,6 +100,9 @@ def build_probe_record(
     running_samples: Sequence[float] | None = None,
     keep_requests: bool = True,
     stop: StopNote | None = None,
+    engine_readings: Sequence[EngineReading] | None = None,
+    scrape_errors: int = 0,
+    scheduled: int | None = None,
 ) -> ProbeRecord:
     """Compute a probe's record from what its shards measured (pure).
 
@@ -109,6 +122,10 @@ def build_probe_record(
         running_samples: engine gauge samples inside the window; None or empty = Little's law.
         keep_requests: include the window requests table (the run file keeps it).
         stop: set when the probe was stopped early because it had provably failed.
+        engine_readings: the engine's scrapes inside the window (:mod:`tokenwatt.telemetry`);
+            their running gauge replaces ``running_samples``.
+        scrape_errors: scrapes of the engine's page that failed.
+        scheduled: window requests the arrival schedule held (the conservation audit).
     """
     window_start_ns = t0_ns + round(warmup_s * _NS)
     window_end_ns = window_start_ns + round(window_s * _NS)
@@ -157,6 +174,17 @@ def build_probe_record(
     tpot = metrics.table_latency_stats(table, "tpot_ms")
     e2e = metrics.table_latency_stats(table, "e2e_ms")
     client_bound = bool(reasons)
+    telemetry: EngineTelemetry | None = None
+    if engine_readings is not None:
+        telemetry = engine_telemetry(
+            engine_readings,
+            window_start_ns=window_start_ns,
+            window_s=window_s,
+            scrape_errors=scrape_errors,
+        )
+        running_samples = [
+            r.metrics.running for r in engine_readings if r.metrics.running is not None
+        ]
     if running_samples:
         batch: float = float(sum(running_samples) / len(running_samples))
         batch_source = "metrics"
@@ -168,6 +196,14 @@ def build_probe_record(
     for r in window:
         if not r.ok and r.status not in examples and r.error:
             examples[r.status] = r.error
+    probe_audits = _audits(
+        window,
+        telemetry=telemetry,
+        achieved_rate_rps=achieved,
+        scheduled=scheduled,
+        never_sent=early.unsent_window_requests if early is not None else 0,
+        statuses=table.status,
+    )
     return ProbeRecord(
         index=index,
         phase=phase,
@@ -212,5 +248,40 @@ def build_probe_record(
         client_cpu_s=sum(s.cpu_s for s in shards),
         client_preemptions=sum(s.preemptions for s in shards),
         requests=table if keep_requests else None,
+        engine=telemetry,
+        audits=probe_audits,
         early_stop=early,
+    )
+
+
+def _audits(
+    window: Sequence[RequestResult],
+    *,
+    telemetry: EngineTelemetry | None,
+    achieved_rate_rps: float,
+    scheduled: int | None,
+    never_sent: int,
+    statuses: Sequence[str],
+) -> ProbeAudits:
+    littles = None
+    e2e_s = [r.e2e_ms / 1000.0 for r in window if r.ok]
+    if (
+        telemetry is not None
+        and telemetry.running_mean is not None
+        and telemetry.waiting_mean is not None
+        and e2e_s
+    ):
+        littles = audits.littles_law(
+            arrival_rate_rps=achieved_rate_rps,
+            mean_time_in_system_s=math.fsum(e2e_s) / len(e2e_s),
+            engine_in_system=telemetry.running_mean + telemetry.waiting_mean,
+        )
+    return ProbeAudits(
+        littles_law=littles,
+        conservation=(
+            audits.conservation(scheduled=scheduled, statuses=statuses, never_sent=never_sent)
+            if scheduled is not None
+            else None
+        ),
+        tokens=audits.token_accounting(window),
     )

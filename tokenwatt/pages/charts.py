@@ -452,6 +452,43 @@ def _power_chart(result: ResultFile, names: list[str], *, validate: bool) -> Cha
     )
 
 
+def _engine_chart(result: ResultFile, names: list[str], *, validate: bool) -> Chart | None:
+    measures = (
+        ("running_mean", "running requests"),
+        ("waiting_mean", "waiting requests"),
+        ("kv_cache_usage_mean_pct", "KV-cache usage (%)"),
+    )
+    rows = [
+        {"config": name, "rate_rps": p.rate_rps, "measure": label, "value": getattr(p, field)}
+        for name, config in zip(names, result.configs, strict=True)
+        for p in config.probes or []
+        for field, label in measures
+        if getattr(p, field) is not None
+    ]
+    if not rows:
+        return None
+    chart = (
+        alt.Chart(_data("engine"))
+        .mark_point(filled=True, size=40)
+        .encode(
+            x=alt.X(**_q("rate_rps", title="arrival rate (req/s)")),
+            y=alt.Y(**_q("value", title="engine's mean over the window")),
+            color=alt.Color(**_n("config", title="config", sort=names, legend=_LEGEND)),
+            shape=alt.Shape(**_n("measure", title="gauge", legend=_LEGEND)),
+        )
+        .properties(width=_WIDTH, height=_HEIGHT)
+    )
+    return Chart(
+        key="engine",
+        title="What the engine reported against the arrival rate",
+        caption=(
+            "Each probe's mean running and waiting requests and KV-cache usage, from the"
+            " engine's own /metrics sampled through the window."
+        ),
+        spec=_spec(chart, {"engine": rows}, validate=validate),
+    )
+
+
 def _tokens_per_joule_chart(
     result: ResultFile, names: list[str], *, validate: bool
 ) -> Chart | None:
@@ -495,6 +532,7 @@ def charts_for(result: ResultFile, *, validate: bool = False) -> list[Chart]:
         _latency_chart(result, names, which="tpot", slo_ms=slo.tpot_p99_ms, validate=validate),
         _exceedance_chart(result, names, which="ttft", slo_ms=slo.ttft_p99_ms, validate=validate),
         _exceedance_chart(result, names, which="tpot", slo_ms=slo.tpot_p99_ms, validate=validate),
+        _engine_chart(result, names, validate=validate),
         _power_chart(result, names, validate=validate),
         _tokens_per_joule_chart(result, names, validate=validate),
     ]

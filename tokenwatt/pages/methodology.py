@@ -34,6 +34,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Verdict", "tokenwatt.compare"),
     ("Planning a run in virtual time", "tokenwatt.plan"),
     ("Rated memory bandwidth", "tokenwatt.gpus"),
+    ("Impossible results", "tokenwatt.schema.limits"),
     ("Publishing policy", "tokenwatt.policy"),
 )
 """(section title, module whose docstring defines it), in page order."""

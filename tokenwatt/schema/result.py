@@ -12,16 +12,20 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.limits import impossible_in_result
 from tokenwatt.schema.spec import Spec
 
 __all__ = [
     "CapacityFitSummary",
     "ConfigAccuracy",
+    "ConfigAudits",
     "ConfigMeasurement",
     "ConfigResult",
+    "ConfigTelemetry",
     "Fleet",
     "PowerTracePoint",
     "PowerTraceSummary",
+    "PowerValidity",
     "ProbePoint",
     "ResultAccuracy",
     "ResultFile",
@@ -36,6 +40,16 @@ __all__ = [
 ]
 
 NonNeg = Annotated[float, Field(ge=0)]
+Percent = Annotated[float, Field(gt=0, le=100)]
+
+
+def _ordered(pairs: list[tuple[str, float | None]]) -> str | None:
+    """The first pair of (name, value) out of ascending order, in words; None if all are in it."""
+    known = [(n, v) for n, v in pairs if v is not None]
+    for (low_name, low), (high_name, high) in zip(known, known[1:], strict=False):
+        if high < low:
+            return f"{high_name} ({high:g}) is below {low_name} ({low:g})"
+    return None
 
 
 class ResultHardware(StrictModel):
@@ -43,7 +57,7 @@ class ResultHardware(StrictModel):
 
     vendor: str = Field(description="Accelerator vendor")
     accelerator: str = Field(description="Accelerator name as the driver reports it")
-    count: Annotated[int, Field(ge=0)] = Field(description="Accelerators in use")
+    count: Annotated[int, Field(ge=1)] = Field(description="Accelerators in use")
     rated_bw_tbs_per_gpu: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="Rated memory bandwidth per GPU, TB/s"
     )
@@ -128,6 +142,16 @@ class ConfigAccuracy(StrictModel):
         default=None, description="False against the simulator: not a model's answers"
     )
 
+    @model_validator(mode="after")
+    def _counts_within_questions(self) -> ConfigAccuracy:
+        asked = (self.answered or 0) + (self.failed or 0)
+        if self.questions is not None and asked > self.questions:
+            raise ValueError(
+                f"answered ({self.answered}) + failed ({self.failed}) exceeds questions"
+                f" ({self.questions})"
+            )
+        return self
+
 
 class ConfigMeasurement(StrictModel):
     """Durations a configuration was actually measured with (the policy checks these)."""
@@ -174,6 +198,32 @@ class ProbePoint(StrictModel):
         default=None, description="Window requests over the TPOT bound, % of those counted"
     )
 
+    running_mean: NonNeg | None = Field(
+        default=None, description="Engine's mean running requests over the window"
+    )
+    waiting_mean: NonNeg | None = Field(
+        default=None, description="Engine's mean queued requests over the window"
+    )
+    kv_cache_usage_mean_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Engine's mean KV-cache usage over the window, %"
+    )
+    preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Engine preemptions during the window"
+    )
+
+    @model_validator(mode="after")
+    def _percentiles_ordered(self) -> ProbePoint:
+        for what in ("ttft", "tpot"):
+            wrong = _ordered(
+                [
+                    (f"{what}_p50_ms", getattr(self, f"{what}_p50_ms")),
+                    (f"{what}_p99_ms", getattr(self, f"{what}_p99_ms")),
+                ]
+            )
+            if wrong is not None:
+                raise ValueError(wrong)
+        return self
+
 
 class PowerTracePoint(StrictModel):
     """A power reading, seconds from the run's first sample."""
@@ -192,6 +242,13 @@ class PowerTraceSummary(StrictModel):
     gaps: Annotated[int, Field(ge=0)] = 0
     max_gap_fraction: NonNeg | None = None
     points: list[PowerTracePoint] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _min_mean_max(self) -> PowerTraceSummary:
+        wrong = _ordered([("min_w", self.min_w), ("mean_w", self.mean_w), ("max_w", self.max_w)])
+        if wrong is not None:
+            raise ValueError(wrong)
+        return self
 
 
 class CapacityFitSummary(StrictModel):
@@ -218,13 +275,80 @@ class CapacityFitSummary(StrictModel):
     upper_bound_rps: NonNeg | None = None
 
 
+class ConfigTelemetry(StrictModel):
+    """What the engine's /metrics said at the confirmed rate, over the confirmation's windows.
+
+    null: not measured (the engine does not expose it, or was not scraped).
+    """
+
+    dialect: str | None = None
+    running_mean: NonNeg | None = None
+    waiting_mean: NonNeg | None = None
+    kv_cache_usage_mean_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    kv_cache_usage_max_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Sum over the confirmation's windows"
+    )
+    prefix_cache_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    spec_decode_acceptance_pct: Annotated[float, Field(ge=0, le=100)] | None = None
+    queue_growing: bool = Field(
+        default=False, description="The waiting queue grew in a confirmation window"
+    )
+
+
+class ConfigAudits(StrictModel):
+    """The probe audits of one configuration (tokenwatt.audits), summed for the page."""
+
+    probes: Annotated[int, Field(ge=0)] = Field(description="Probes audited")
+    conservation_failures: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Probes whose window requests are not all accounted for"
+    )
+    usage_mismatches: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window requests: usage differs from the chunks"
+    )
+    over_max_tokens: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window requests with more tokens than asked"
+    )
+    short_ignore_eos: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window ignore_eos requests that stopped short"
+    )
+    token_examples: list[str] = Field(default_factory=list, description="A few of them")
+    littles_law_worst_pct: float | None = Field(
+        default=None,
+        description="Largest disagreement of the engine's count with arrival rate x time in"
+        " system over the confirmation's windows, %; null = not audited",
+    )
+    littles_law_agrees: bool | None = Field(
+        default=None, description="Every confirmation window within the tolerance"
+    )
+
+
+class PowerValidity(StrictModel):
+    """How complete the power readings of the confirmation's windows are."""
+
+    coverage_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Least-covered window's share with readings, %"
+    )
+    max_gap_s: NonNeg | None = Field(
+        default=None, description="Longest stretch of a window without a reading, s"
+    )
+    gpus_seen: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="GPUs the readings covered (board sources)"
+    )
+    gpus_expected: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="GPUs in use"
+    )
+
+
 class ConfigResult(StrictModel):
     """One configuration's figures."""
 
     key: Role
     label: str
     engine: str
-    mbu_pct: NonNeg | None
+    mbu_pct: Percent | None = Field(
+        description="Memory-bandwidth utilisation, % of rated: in (0, 100]"
+    )
     node_power_kw: NonNeg | None
     goodput_tok_s: NonNeg
     ttft_p99_ms: NonNeg | None
@@ -284,6 +408,15 @@ class ConfigResult(StrictModel):
     sweep_strategy: Literal["bisect", "adaptive", "rates"] | None = Field(
         default=None, description="How the probes were placed"
     )
+    engine_telemetry: ConfigTelemetry | None = Field(
+        default=None, description="The engine's /metrics at the confirmed rate"
+    )
+    audits: ConfigAudits | None = Field(
+        default=None, description="Little's law, conservation and token accounting"
+    )
+    power_validity: PowerValidity | None = Field(
+        default=None, description="Coverage, gaps and GPUs of the confirmation's power readings"
+    )
 
     @model_validator(mode="after")
     def _passes_within_repeats(self) -> ConfigResult:
@@ -291,6 +424,24 @@ class ConfigResult(StrictModel):
             raise ValueError(
                 f"slo_pass_count ({self.slo_pass_count}) exceeds repeats ({self.repeats})"
             )
+        if self.repeat_goodputs_tok_s is not None and len(self.repeat_goodputs_tok_s) > max(
+            self.repeats, 1
+        ):
+            raise ValueError(
+                f"repeat_goodputs_tok_s holds {len(self.repeat_goodputs_tok_s)} goodputs for"
+                f" {self.repeats} repeats"
+            )
+        if self.slo_capacity_rps is not None and self.slo_capacity_ci_rps is not None:
+            low, high = (list(self.slo_capacity_ci_rps) + [None, None])[:2]
+            wrong = _ordered(
+                [
+                    ("slo_capacity_ci_rps[0]", low),
+                    ("slo_capacity_rps", self.slo_capacity_rps),
+                    ("slo_capacity_ci_rps[1]", high),
+                ]
+            )
+            if wrong is not None:
+                raise ValueError(f"the capacity lies outside its own interval: {wrong}")
         return self
 
 
@@ -368,3 +519,28 @@ class ResultFile(StrictModel):
         if len(baselines) > 1:
             raise ValueError("more than one config has key 'baseline'")
         return self
+
+    @model_validator(mode="after")
+    def _possible(self) -> ResultFile:
+        problems = impossible_in_result(self) + self._verdicts_against_slo()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _verdicts_against_slo(self) -> list[str]:
+        """Probes marked as passing whose own p99 breaks the SLO (or is unbounded)."""
+        problems: list[str] = []
+        bounds = (("ttft_p99_ms", self.slo.ttft_p99_ms), ("tpot_p99_ms", self.slo.tpot_p99_ms))
+        for i, config in enumerate(self.configs):
+            for j, probe in enumerate(config.probes or []):
+                if not probe.slo_pass:
+                    continue
+                for name, bound in bounds:
+                    value = getattr(probe, name)
+                    if value is None or value > bound:
+                        shown = "unbounded" if value is None else f"{value:g} ms"
+                        problems.append(
+                            f"configs[{i}].probes[{j}].slo_pass: true, but its {name} is"
+                            f" {shown}, over the SLO's {bound:g} ms"
+                        )
+        return problems

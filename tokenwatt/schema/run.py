@@ -24,19 +24,25 @@ __all__ = [
     "AccuracyEvidence",
     "AccuracyItem",
     "AccuracySeedScore",
+    "ConservationAudit",
     "EarlyStop",
+    "EngineSeries",
+    "EngineTelemetry",
     "Environment",
     "GpuInfo",
     "LatencyStats",
+    "LittlesLawAudit",
     "MbuEvidence",
     "PowerEvidence",
     "PowerGap",
     "PowerSample",
+    "ProbeAudits",
     "ProbePhase",
     "ProbeRecord",
     "RequestTable",
     "RunFile",
     "RunOutcome",
+    "TokenAudit",
 ]
 
 ProbePhase = Literal["search", "bisect", "refine", "confirm", "rates"]
@@ -45,6 +51,8 @@ confirmation at the found rate, or an explicit rate."""
 
 NonNegFloat = Annotated[float, Field(ge=0)]
 LatencyMs = Annotated[float, Field(ge=0)]
+Pct = Annotated[float, Field(ge=0, le=100)]
+Count = Annotated[int, Field(ge=0)]
 
 
 class LatencyStats(StrictModel):
@@ -65,6 +73,11 @@ class LatencyStats(StrictModel):
             value = getattr(self, name)
             if value is not None and value != value:
                 raise ValueError(f"{name} is NaN")
+        known = [(n, getattr(self, n)) for n in ("p50", "p90", "p95", "p99")]
+        known = [(n, v) for n, v in known if v is not None]
+        for (low_name, low), (high_name, high) in zip(known, known[1:], strict=False):
+            if high < low:
+                raise ValueError(f"{high_name} ({high:g}) is below {low_name} ({low:g})")
         return self
 
 
@@ -148,6 +161,105 @@ class EarlyStop(StrictModel):
                 f" exceeding_needed ({self.exceeding_needed}): the probe was not proven to pass"
             )
         return self
+
+
+class EngineSeries(StrictModel):
+    """The engine's gauges at each scrape inside the window (one list per gauge, equal lengths)."""
+
+    t_s: list[float] = Field(description="When the scrape arrived, s from the window start")
+    running: list[NonNegFloat | None] = Field(description="Requests in the engine's batches")
+    waiting: list[NonNegFloat | None] = Field(description="Requests queued in the engine")
+    kv_cache_usage_pct: list[Pct | None] = Field(description="KV cache in use, %")
+
+    @model_validator(mode="after")
+    def _equal_lengths(self) -> EngineSeries:
+        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"columns have different lengths: {lengths}")
+        return self
+
+
+class EngineTelemetry(StrictModel):
+    """What the engine's ``/metrics`` said during a probe's window (:mod:`tokenwatt.telemetry`).
+
+    null: the engine does not expose that figure ("not measured", never 0).
+    """
+
+    dialect: Literal["vllm", "sglang", "llamacpp"] | None = Field(
+        default=None, description="Whose metric names the page speaks"
+    )
+    samples: Count = Field(description="Scrapes read inside the window")
+    scrape_errors: Count = Field(default=0, description="Scrapes that failed")
+    running_mean: NonNegFloat | None = Field(default=None, description="Mean running requests")
+    running_max: NonNegFloat | None = Field(default=None, description="Most running requests")
+    waiting_mean: NonNegFloat | None = Field(default=None, description="Mean queued requests")
+    waiting_max: NonNegFloat | None = Field(default=None, description="Most queued requests")
+    waiting_growth: float | None = Field(
+        default=None,
+        description="Change of the queue over the window: least-squares slope x window, requests",
+    )
+    kv_cache_usage_mean_pct: Pct | None = Field(default=None, description="Mean KV usage, %")
+    kv_cache_usage_max_pct: Pct | None = Field(default=None, description="Highest KV usage, %")
+    preemptions: Count | None = Field(
+        default=None, description="Preemption counter, last minus first scrape of the window"
+    )
+    prefix_cache_hit_rate_pct: Pct | None = Field(
+        default=None, description="Prompt tokens found in the prefix cache, % of those looked up"
+    )
+    spec_decode_acceptance_pct: Pct | None = Field(
+        default=None, description="Draft tokens accepted, % of those proposed"
+    )
+    series: EngineSeries | None = Field(default=None, description="Every scrape's gauges")
+
+
+class LittlesLawAudit(StrictModel):
+    """Little's law: arrival rate x mean time in system against the engine's own count."""
+
+    arrival_rate_rps: NonNegFloat = Field(description="Window requests sent / window, req/s")
+    mean_time_in_system_s: NonNegFloat = Field(
+        description="Mean send-to-last-byte of the successful window requests, s"
+    )
+    expected_in_system: NonNegFloat = Field(description="Their product: requests in the system")
+    engine_in_system: NonNegFloat = Field(
+        description="The engine's mean running + waiting requests over the window"
+    )
+    disagreement_pct: float = Field(description="(engine - expected) / expected, %")
+    agrees: bool = Field(description="Within the stated tolerance (tokenwatt.audits)")
+
+
+class ConservationAudit(StrictModel):
+    """Every window request the schedule held is accounted for, once."""
+
+    scheduled: Count = Field(description="Window requests in the arrival schedule")
+    ok: Count
+    failed: Count = Field(description="Failed, other than cancelled")
+    cancelled: Count = Field(description="Cut by an early stop")
+    never_sent: Count = Field(description="Not sent because the probe stopped early")
+    holds: bool = Field(description="scheduled = ok + failed + cancelled + never_sent")
+
+
+class TokenAudit(StrictModel):
+    """The server's token counts against what the client saw, over the window requests."""
+
+    requests: Count = Field(description="Window requests checked")
+    usage_mismatches: Count = Field(
+        description="Requests whose usage.completion_tokens differs from their content chunks"
+    )
+    over_max_tokens: Count = Field(description="Requests with more output tokens than asked")
+    short_ignore_eos: Count = Field(
+        description="ignore_eos requests that stopped before max_tokens"
+    )
+    examples: list[str] = Field(default_factory=list, description="A few offending requests")
+
+
+class ProbeAudits(StrictModel):
+    """The audits a reviewer would run on one probe (:mod:`tokenwatt.audits`)."""
+
+    littles_law: LittlesLawAudit | None = Field(
+        default=None, description="null without engine gauges or successful requests"
+    )
+    conservation: ConservationAudit | None = None
+    tokens: TokenAudit | None = None
 
 
 class ProbeRecord(StrictModel):
@@ -238,6 +350,12 @@ class ProbeRecord(StrictModel):
         description="Times the load generator was preempted (involuntary context switches)",
     )
     requests: RequestTable | None = Field(default=None, description="The window requests")
+    engine: EngineTelemetry | None = Field(
+        default=None, description="The engine's /metrics during the window; null = not scraped"
+    )
+    audits: ProbeAudits | None = Field(
+        default=None, description="Little's law, conservation, token accounting"
+    )
     early_stop: EarlyStop | None = Field(
         default=None,
         description="Set when the probe was stopped once it had provably failed"

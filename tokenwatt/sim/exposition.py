@@ -65,6 +65,21 @@ def render_metrics(
         st.preemptions,
         labels,
     )
+    # No prefix caching (cache_config_info says so): every prompt token is looked up, none hit.
+    w.simple(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        st.prompt_tokens,
+        labels,
+    )
+    w.simple(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        0.0,
+        labels,
+    )
     w.simple(
         "vllm:prompt_tokens_total",
         "counter",
