@@ -36,6 +36,7 @@ FAULTS = (
     "short",  # half the tokens asked, finish_reason "stop"
     "long",  # one token more than asked
     "multi_token_events",  # two tokens per event (event count != token count)
+    "inflated_usage",  # one token per event, usage claims twice as many (a miscounting server)
     "crlf_bytewise",  # CRLF line endings, written one byte at a time
     "close_delimited",  # HTTP/1.0-style body: no length, no chunking, ends with the close
     "content_length",  # the whole stream with a Content-Length
@@ -260,6 +261,10 @@ class FaultServer:
         elif fault == "long":
             w(HEAD_CHUNKED + b"".join(_chunk(e) for e in _stream(n + 1, n_prompt)))
             w(b"0\r\n\r\n")
+        elif fault == "inflated_usage":
+            events = _stream(n, n_prompt, usage=False, done=False)
+            events += [_event(_usage(n_prompt, 2 * n)), b"data: [DONE]\n\n"]
+            w(HEAD_CHUNKED + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
         elif fault == "multi_token_events":
             pairs = (n + 1) // 2
             events = [

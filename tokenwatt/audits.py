@@ -12,10 +12,13 @@
 - **Conservation**: every window request of the arrival schedule is accounted for exactly once:
   scheduled = ok + failed + cancelled (cut by an early stop) + never sent (after an early stop).
 - **Token accounting**: per window request, the server's ``usage.completion_tokens`` against
-  the content chunks the client received (a *usage mismatch*: a server that sends several
-  tokens in one chunk shows one too, and must be measured with one token a chunk), outputs
-  longer than the ``max_tokens`` asked for, and ``ignore_eos`` outputs that stopped short. Each
-  is counted, with a few examples.
+  the content chunks the client received. Usage *below* the chunks is impossible when counted
+  honestly (every chunk with text carries a token) and is a violation; usage *above* them is
+  only recorded (a *usage mismatch*: several tokens in one chunk, or a token with no text of its
+  own, as real vLLM streams on most requests of a random-weight model), since without the
+  model's tokenizer a chunk's tokens cannot be counted. Outputs longer than the ``max_tokens``
+  asked for (a server over-reporting what ``ignore_eos`` fixes) and ``ignore_eos`` outputs that
+  stopped short are violations. Each is counted, with a few examples.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def conservation(*, scheduled: int, statuses: Sequence[str], never_sent: int) ->
 
 def token_accounting(window: Sequence[RequestResult]) -> TokenAudit:
     """Count the window requests whose token counts do not add up, quoting a few."""
-    mismatches = over = short = 0
+    mismatches = below = over = short = 0
     examples: list[str] = []
 
     def quote(text: str) -> None:
@@ -92,6 +95,8 @@ def token_accounting(window: Sequence[RequestResult]) -> TokenAudit:
     for r in sorted(window, key=lambda r: r.index):
         if r.usage_mismatch:
             mismatches += 1
+        if r.usage_below_chunks:
+            below += 1
             quote(
                 f"request {r.index}: usage says {r.usage_output_tokens} output tokens,"
                 f" {r.content_events} content chunks arrived"
@@ -108,6 +113,7 @@ def token_accounting(window: Sequence[RequestResult]) -> TokenAudit:
     return TokenAudit(
         requests=len(window),
         usage_mismatches=mismatches,
+        usage_below_chunks=below,
         over_max_tokens=over,
         short_ignore_eos=short,
         examples=examples,

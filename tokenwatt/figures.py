@@ -180,6 +180,7 @@ def audit_summary(run: RunFile, accepted: Sequence[ProbeRecord]) -> ConfigAudits
         probes=sum(1 for p in run.probes if p.audits is not None),
         conservation_failures=sum(1 for c in conservation if c is not None and not c.holds),
         usage_mismatches=sum(t.usage_mismatches for t in tokens if t is not None),
+        usage_below_chunks=sum(t.usage_below_chunks for t in tokens if t is not None),
         over_max_tokens=sum(t.over_max_tokens for t in tokens if t is not None),
         short_ignore_eos=sum(t.short_ignore_eos for t in tokens if t is not None),
         token_examples=examples[:3],

@@ -59,8 +59,8 @@ POLICY: tuple[PolicyRule, ...] = (
     PolicyRule("accuracy_questions", "accuracy questions per seed", 200, ""),
     PolicyRule(
         "token_mismatches",
-        "token-accounting mismatches (usage vs chunks, outputs over max_tokens, short ignore_eos"
-        " outputs) in the confirmation windows",
+        "token-accounting violations (usage below the chunks received, outputs over max_tokens,"
+        " short ignore_eos outputs) in the confirmation windows",
         0,
         "",
         "max",
@@ -248,7 +248,7 @@ def _evidence(
     fields: dict[str, Any] = {}
     if audits is not None:
         fields["token_mismatches"] = (
-            audits.usage_mismatches + audits.over_max_tokens + audits.short_ignore_eos
+            audits.usage_below_chunks + audits.over_max_tokens + audits.short_ignore_eos
         )
         fields["conservation_failures"] = audits.conservation_failures
         if audits.littles_law_worst_pct is not None:

@@ -38,7 +38,9 @@ def test_telemetry_audits_and_power_validity_on_the_page(seed_path):
             probe.update(running_mean=10.0 + i, waiting_mean=0.5 * i, kv_cache_usage_mean_pct=5.0)
     tuned = data["configs"][1]
     tuned["engine_telemetry"].update(preemptions=17, queue_growing=True)
-    tuned["audits"].update(usage_mismatches=2, token_examples=["request 7: usage says 9"])
+    tuned["audits"].update(
+        usage_mismatches=5, usage_below_chunks=2, token_examples=["request 7: usage says 9"]
+    )
     result, text = _page(data)
     assert "| Engine at the confirmed rate: running / waiting | 41.5 / 3.2 requests" in text
     assert "(queue growing)" in text
@@ -46,7 +48,8 @@ def test_telemetry_audits_and_power_validity_on_the_page(seed_path):
     assert "| Engine: preemptions | 0 | 17 | 0 |" in text
     assert "| Engine: prefix-cache hit rate | 12.5 % |" in text
     assert "| Engine: speculative-decoding acceptance | not measured |" in text
-    assert "2 usage ≠ chunks" in text
+    assert "2 usage below chunks" in text
+    assert "(5 with usage ≠ chunks, recorded only)" in text
     assert "request 7: usage says 9" in text
     assert "97.5 % / 4.0 s / 1 |" in text
     # The policy names the reasons: the mismatches and the 4 s gap.

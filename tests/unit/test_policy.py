@@ -119,8 +119,9 @@ def test_audited_full_result_is_publishable(seed_path):
 @pytest.mark.parametrize(
     ("change", "rule", "words"),
     [
-        ({"audits.usage_mismatches": 2}, "token_mismatches", "is 2, the maximum is 0"),
+        ({"audits.usage_below_chunks": 2}, "token_mismatches", "is 2, the maximum is 0"),
         ({"audits.short_ignore_eos": 1}, "token_mismatches", "is 1, the maximum is 0"),
+        ({"audits.over_max_tokens": 3}, "token_mismatches", "is 3, the maximum is 0"),
         ({"power_validity.coverage_pct": 93.5}, "power_coverage_pct", "is 93.5 %, the minimum"),
         ({"power_validity.max_gap_s": 5.2}, "power_max_gap_s", "is 5.2 s, the maximum is 3 s"),
         ({"power_validity.gpus_seen": [2]}, "power_gpu_count", "cover 2 GPU(s), 1 are in use"),
@@ -133,6 +134,12 @@ def test_audit_gates_name_the_reason(seed_path, change, rule, words):
     assert [v.rule for v in broken] == [rule]
     assert words in broken[0].message
     assert broken[0].subjects == ("tuned 'tuned kernels'",)
+
+
+def test_several_tokens_a_chunk_alone_is_publishable(seed_path):
+    # usage above the chunks received is what an honest server streaming several tokens a chunk
+    # (or tokens with no text of their own) shows: recorded, never a violation
+    assert policy.check_result(_audited(seed_path, **{"audits.usage_mismatches": 40})) == []
 
 
 def test_the_methodology_table_states_the_audit_gates():

@@ -203,7 +203,13 @@ def test_token_accounting_counts_and_quotes():
         chunk_ns=array("q", [1, 2]),
         status="short_output",
     )
-    a = audits.token_accounting([short, over, liar, honest])
-    assert (a.requests, a.usage_mismatches, a.over_max_tokens, a.short_ignore_eos) == (4, 1, 1, 1)
-    assert a.examples[0] == "request 1: usage says 5 output tokens, 3 content chunks arrived"
-    assert a.examples[1] == "request 2: 9 output tokens, max_tokens 5"
+    under = _request(
+        4, output_tokens=2, usage_output_tokens=2, max_tokens=5, chunk_ns=array("q", [1, 2, 3])
+    )
+    a = audits.token_accounting([short, over, liar, honest, under])
+    # usage above the chunks (liar: 5 tokens in 3 chunks) may be honest: recorded, not quoted;
+    # usage below them (under: 2 tokens, 3 chunks with text) cannot be.
+    assert (a.requests, a.usage_mismatches, a.usage_below_chunks) == (5, 2, 1)
+    assert (a.over_max_tokens, a.short_ignore_eos) == (1, 1)
+    assert a.examples[0] == "request 2: 9 output tokens, max_tokens 5"
+    assert a.examples[2] == "request 4: usage says 2 output tokens, 3 content chunks arrived"

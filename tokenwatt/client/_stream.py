@@ -149,9 +149,24 @@ class RequestResult:
 
     @property
     def usage_mismatch(self) -> bool:
-        """The server's usage count differs from the number of content chunks."""
+        """The server's usage count differs from the number of content chunks.
+
+        Honest servers do it too: a chunk may carry several tokens (speculative decoding, a
+        reader that fell behind) or none with text (a token that ends inside a UTF-8
+        character); real vLLM shows it on most requests of its tiny random model.
+        """
         return (
             self.usage_output_tokens is not None and self.usage_output_tokens != self.content_events
+        )
+
+    @property
+    def usage_below_chunks(self) -> bool:
+        """The server's usage count is below the number of content chunks.
+
+        Impossible when counted honestly: every chunk with text carries at least one token.
+        """
+        return (
+            self.usage_output_tokens is not None and self.usage_output_tokens < self.content_events
         )
 
 

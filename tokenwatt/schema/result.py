@@ -304,7 +304,11 @@ class ConfigAudits(StrictModel):
         default=0, description="Probes whose window requests are not all accounted for"
     )
     usage_mismatches: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="Confirmation-window requests: usage differs from the chunks"
+        default=0,
+        description="Confirmation-window requests: usage differs from the chunks (recorded only)",
+    )
+    usage_below_chunks: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Confirmation-window requests: usage below the chunks"
     )
     over_max_tokens: Annotated[int, Field(ge=0)] = Field(
         default=0, description="Confirmation-window requests with more tokens than asked"

@@ -244,6 +244,12 @@ class TokenAudit(StrictModel):
     requests: Count = Field(description="Window requests checked")
     usage_mismatches: Count = Field(
         description="Requests whose usage.completion_tokens differs from their content chunks"
+        " (recorded only: several tokens a chunk is honest)"
+    )
+    usage_below_chunks: Count = Field(
+        default=0,
+        description="Requests whose usage.completion_tokens is below their content chunks"
+        " (impossible when counted honestly)",
     )
     over_max_tokens: Count = Field(description="Requests with more output tokens than asked")
     short_ignore_eos: Count = Field(
