@@ -50,6 +50,7 @@ from typing import Literal, Protocol
 
 from pydantic import Field, ValidationError
 
+from tokenwatt import bounded
 from tokenwatt.errors import InputError
 from tokenwatt.schema.base import StrictModel
 from tokenwatt.schema.run import AccuracyEvidence, AccuracyItem, AccuracySeedScore
@@ -101,15 +102,12 @@ def final_answer_of_solution(solution: str) -> str:
 
 def _read_gsm8k(path: Path, split: Literal["test", "train"]) -> list[SuiteItem]:
     items: list[SuiteItem] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
+    lines = bounded.read_text(path, max_bytes=bounded.MAX_TABLE_BYTES).splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = bounded.parse_json_line(line)
             solution = str(row["answer"])
             items.append(
                 SuiteItem(
@@ -120,7 +118,7 @@ def _read_gsm8k(path: Path, split: Literal["test", "train"]) -> list[SuiteItem]:
                     solution=solution,
                 )
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{path}: line {number}: not a GSM8K row: {exc}") from None
     return items
 
@@ -162,12 +160,7 @@ def load_suite(path: Path) -> list[SuiteItem]:
     Raises:
         InputError: naming the file and line of the first bad item, or an empty suite.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: suite file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read suite: {exc}") from None
+    text = bounded.read_text(path, max_bytes=bounded.MAX_TABLE_BYTES)
     items: list[SuiteItem] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from tokenwatt import bounded
 from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError
 from tokenwatt.schema.base import RUN_KIND, SCHEMA_VERSION
 from tokenwatt.schema.result import ResultFile
@@ -69,43 +69,8 @@ _MAX_ERRORS_SHOWN = 8
 # Parsing
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in mapping:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
-        mapping[key] = loader.construct_object(value_node, deep=True)
-    return mapping
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
-def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def read_mapping(path: Path, *, error: type[InputError] = InputError) -> dict[str, Any]:
-    """Read a JSON or YAML file whose top level is a mapping.
+    """Read a JSON or YAML file whose top level is a mapping (bounded: :mod:`tokenwatt.bounded`).
 
     Args:
         path: The file. ``.yaml``/``.yml`` files are read as YAML, everything else as JSON
@@ -115,43 +80,14 @@ def read_mapping(path: Path, *, error: type[InputError] = InputError) -> dict[st
     Raises:
         InputError: (or ``error``) naming the file and the problem, with line and column.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(
-            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
-        ) from None
-    text = text.removeprefix("\ufeff")
+    text = bounded.read_text(path, error=error)
     if not text.strip():
         raise error(f"{path}: file is empty")
     data: Any
     if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            data = yaml.load(text, Loader=_UniqueKeyLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            problem = exc.problem or exc.context or "invalid YAML"
-            raise error(f"{path}: YAML syntax error at {where}{problem}") from None
-        except yaml.YAMLError as exc:
-            raise error(f"{path}: YAML error: {exc}") from None
+        data = bounded.parse_yaml(text, where=path, error=error)
     else:
-        try:
-            data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_reject_constant)
-        except json.JSONDecodeError as exc:
-            raise error(
-                f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
-        except (ValueError, RecursionError) as exc:
-            raise error(f"{path}: invalid JSON: {exc}") from None
+        data = bounded.parse_json(text, where=path, error=error)
     if not isinstance(data, dict):
         raise error(f"{path}: the top level must be a mapping of fields, got {_type_name(data)}")
     return data
@@ -280,8 +216,10 @@ def _check_version(path: Path, kind: FileKind, data: dict[str, Any]) -> None:
 
 def _named_file(path: Path, field: str, value: str) -> Path:
     resolved = resolve_relative(path, value)
-    if not resolved.is_file():
+    if not resolved.exists():
         raise SpecError(f"{path}: invalid spec: {field}: file not found: {resolved}")
+    if not resolved.is_file():
+        raise SpecError(f"{path}: invalid spec: {field}: not a regular file: {resolved}")
     return resolved
 
 
@@ -359,8 +297,8 @@ def resolve_spec_path(given: str | Path, *, specs_dir: Path = Path("specs")) -> 
     to ``specs/``.
     """
     path = Path(given)
-    if path.is_file():
-        return path
+    if path.exists():
+        return path  # a folder or a FIFO too: the loader says what it is, without opening it
     if path.parent == Path() and (specs_dir / path).is_file():
         logger.info("spec %s found as %s", given, specs_dir / path)
         return specs_dir / path
