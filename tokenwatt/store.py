@@ -152,6 +152,8 @@ def format_validation_error(
     for err in errors:
         field = _field_path(tuple(err["loc"]), data, missing=err["type"] == "missing")
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if isinstance(err.get("input"), bool) and err["type"] in ("int_type", "float_type"):
+            msg = "must be a number, not a boolean"
         if err["type"] not in ("missing", "extra_forbidden") and not isinstance(
             err.get("input"), dict | list
         ):

@@ -16,6 +16,7 @@ __all__ = [
     "Pct",
     "PowerSourceName",
     "Role",
+    "StrictInputModel",
     "StrictModel",
     "WeightDtype",
 ]
@@ -37,6 +38,17 @@ class StrictModel(BaseModel):
         validate_default=True,
         populate_by_name=False,
     )
+
+
+class StrictInputModel(StrictModel):
+    """Base of the models a user writes (the spec): no type coercion at all.
+
+    Pydantic's default (lax) mode turns ``true`` into 1, ``"5"`` into 5 and ``2.0`` into 2, so
+    ``window_s: true`` would become a one-second window. Here a number must be written as a
+    number (an integer is accepted where a float is meant) and a boolean as a boolean.
+    """
+
+    model_config = ConfigDict(strict=True)
 
 
 Num = int | float
