@@ -3,8 +3,10 @@
 The JSON/YAML edge of tokenwatt: bytes in, validated models out, and back. Every failure becomes
 one :class:`~tokenwatt.errors.InputError` that names the file, the field path and the problem.
 Writes are atomic (temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C
-never leaves a half-written file, and a file is never written if it would contain the value of a
-secret environment variable the spec names.
+never leaves a half-written file; the value of a secret environment variable the spec names is
+redacted (:mod:`tokenwatt.redact`); a run or result that cannot be written where asked (full
+disk, read-only folder) is kept in a recovery file under the user's cache, and the error says
+where.
 
 A spec is the one file that names other files (``model.config``, ``workload.trace``,
 ``accuracy.suite``): :func:`load_spec` resolves each of them here, once, and checks that it
@@ -14,18 +16,19 @@ exists, so the rest of tokenwatt reads resolved paths and never resolves a path 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import errno
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tokenwatt import bounded
-from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError
+from tokenwatt import bounded, redact
+from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError, WriteError
 from tokenwatt.schema.base import RUN_KIND, SCHEMA_VERSION
 from tokenwatt.schema.result import ResultFile
 from tokenwatt.schema.run import RunFile
@@ -34,6 +37,7 @@ from tokenwatt.schema.spec import BUILTIN_WORKLOADS, LoadedSpec, Spec
 __all__ = [
     "FileKind",
     "atomic_write_text",
+    "cache_dir",
     "detect_kind",
     "dump_result",
     "dump_run",
@@ -137,6 +141,7 @@ def _field_path(loc: tuple[int | str, ...], data: Any, *, missing: bool) -> str:
 
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    text = redact.redact_text(text)  # a refused http://user:password@host is not echoed
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -341,34 +346,35 @@ def dump_run(run: RunFile) -> dict[str, Any]:
     return data
 
 
-def _secret_values(spec: Spec | None) -> Iterator[tuple[str, str]]:
-    if spec is None:
-        return
-    for name in (spec.engine.api_key_env, spec.power.password_env):
-        if name:
-            value = os.environ.get(name, "")
-            # Very short values would match by accident and are not worth protecting this way.
-            if len(value) >= 4:
-                yield name, value
+def cache_dir() -> Path:
+    """The user's cache folder for tokenwatt: ``$TOKENWATT_CACHE``, else ``~/.cache/tokenwatt``."""
+    root = os.environ.get("TOKENWATT_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "tokenwatt"
 
 
-def atomic_write_text(path: Path, text: str, *, spec: Spec | None = None) -> None:
+def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device"
+    if exc.errno == errno.EROFS:
+        return "the file system is read-only"
+    return exc.strerror or str(exc)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename.
 
+    Either the old file (or none) or the whole new one is there afterwards, whatever fails.
+
     Raises:
-        InputError: if the text would contain the value of a secret the spec names, or the
-            folder cannot be written.
+        WriteError: naming the file and the reason (a folder, no space, a read-only folder).
     """
-    for name, value in _secret_values(spec):
-        if value in text:
-            raise InputError(
-                f"{path}: refusing to write: the file would contain the value of ${name}"
-            )
+    if path.is_dir():
+        raise WriteError(f"{path}: is a folder; name a file to write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise WriteError(f"{path}: cannot write: {_os_reason(exc)}") from None
     tmp = Path(tmp_name)
     try:
         # mkstemp creates the file 0600; give it the mode a plain open() would have.
@@ -380,10 +386,55 @@ def atomic_write_text(path: Path, text: str, *, spec: Spec | None = None) -> Non
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(f"{path}: cannot write: {_os_reason(exc)}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _recovery_folders() -> list[Path]:
+    return [cache_dir() / "recovery", Path(tempfile.gettempdir()) / "tokenwatt-recovery"]
+
+
+def _write_or_recover(path: Path, text: str, what: str) -> None:
+    """Write ``text`` to ``path``; if that fails, keep it in a recovery file and say where.
+
+    Raises:
+        WriteError: the file could not be written; the message names the recovery file (or says
+            that none could be written either).
+    """
+    try:
+        atomic_write_text(path, text)
+    except WriteError as exc:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        for folder in _recovery_folders():
+            recovery = folder / f"{stamp}-{os.getpid()}-{path.name or what}"
+            try:
+                atomic_write_text(recovery, text)
+            except WriteError:
+                continue
+            logger.warning("%s kept in the recovery file %s", what, recovery)
+            raise WriteError(
+                f"{exc}; the {what} was saved to {recovery} instead: move it into place"
+            ) from None
+        raise WriteError(f"{exc}; no recovery file could be written either") from None
+
+
+def _redacted(data: dict[str, Any], spec: Spec | None, path: Path) -> dict[str, Any]:
+    clean, names = redact.redact_data(data, redact.spec_secrets(spec, os.environ))
+    for name in names:
+        logger.warning(
+            "%s: the value of $%s appeared in the file; it is written as %s",
+            path,
+            name,
+            redact.REDACTED,
+        )
+    result: dict[str, Any] = clean
+    return result
 
 
 def _json_text(data: dict[str, Any]) -> str:
@@ -391,14 +442,18 @@ def _json_text(data: dict[str, Any]) -> str:
 
 
 def save_run(run: RunFile, path: Path) -> None:
-    """Validate and atomically write a run file."""
-    data = dump_run(run)
+    """Validate and atomically write a run file, secrets redacted; a failed write is recovered.
+
+    Raises:
+        WriteError: the file could not be written; the message says where the run was kept.
+    """
+    data = _redacted(dump_run(run), run.spec, path)
     RunFile.model_validate(data)  # what we write must load back
-    atomic_write_text(path, _json_text(data), spec=run.spec)
+    _write_or_recover(path, _json_text(data), "run")
 
 
 def save_result(result: ResultFile, path: Path) -> None:
-    """Validate and atomically write a result file."""
-    data = dump_result(result)
+    """Validate and atomically write a result file, secrets redacted (see :func:`save_run`)."""
+    data = _redacted(dump_result(result), result.spec, path)
     ResultFile.model_validate(data)
-    atomic_write_text(path, _json_text(data), spec=result.spec)
+    _write_or_recover(path, _json_text(data), "result")

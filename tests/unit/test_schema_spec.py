@@ -135,3 +135,18 @@ def test_an_integer_is_a_float_and_extra_body_must_be_finite():
     engine = {"model": "m", "extra_body": {"top_k": [1, float("nan")]}}
     with pytest.raises(ValidationError, match=r"top_k\[1\] is NaN or infinite"):
         Spec.model_validate(factories.spec_dict(engine=engine))
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "pointer"),
+    [
+        ("engine", {"model": "m", "endpoint": "http://user:pw@host/v1"}, "api_key_env"),
+        ("engine", {"model": "m", "endpoint": "https://tok@host:8000/v1"}, "api_key_env"),
+        ("power", {"source": "redfish", "url": "https://root:calvin@bmc"}, "password_env"),
+        ("power", {"source": "prometheus", "url": "http://a:b@dcgm:9400/metrics"}, "password_env"),
+    ],
+)
+def test_credentials_in_a_url_are_refused(section, value, pointer):
+    with pytest.raises(ValidationError, match=f"must not carry a user name or password.*{pointer}"):
+        Spec.model_validate(factories.spec_dict(**{section: value}))
+    assert "@" in str(value)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -25,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 from typing_extensions import override
 
-from tokenwatt import store
+from tokenwatt import redact, store
 from tokenwatt.cli._common import err_console, escape, out_console
 from tokenwatt.measure import TERMINATED, MeasureOptions, Progress, measure
 from tokenwatt.report import quote_arg
@@ -347,18 +349,23 @@ def run(args: argparse.Namespace) -> int:
         # The progress display (or the JSON events) reports what tokenwatt's INFO log lines
         # would say, so they stay out of the way unless asked for with -v.
         logging.getLogger("tokenwatt").setLevel(logging.WARNING)
+    progress: Progress
     if args.json_log:
         # stderr carries one JSON object per line, log records included: a plain stream
         # handler even on a terminal (the rich one would frame each record with columns).
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonLogFormatter())
+        redact.guard_handlers([handler])
         logging.getLogger().handlers[:] = [handler]
-        result = asyncio.run(run_until_signal(measure(opts, JsonProgress(spec.slo))))
+        progress = JsonProgress(spec.slo)
     elif err.is_terminal:
-        with TerminalProgress(spec.slo, err) as progress:
-            result = asyncio.run(run_until_signal(measure(opts, progress)))
+        progress = TerminalProgress(spec.slo, err)
     else:
-        result = asyncio.run(run_until_signal(measure(opts, LogProgress(spec.slo, err))))
+        progress = LogProgress(spec.slo, err)
+    # The spec's secrets are known now: no log line may carry them (e.g. in a URL or a header).
+    redact.guard_handlers(logging.getLogger().handlers, redact.spec_secrets(spec, os.environ))
+    with progress if isinstance(progress, TerminalProgress) else contextlib.nullcontext():
+        result = asyncio.run(run_until_signal(measure(opts, progress)))
     out = out_console()
     outcome = result.outcome
     out.print(f"wrote {escape(str(args.out))}")

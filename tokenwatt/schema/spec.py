@@ -52,6 +52,25 @@ _MAX_RPS = 1_000_000.0
 _MAX_SECONDS = 7 * 24 * 3600.0
 _MAX_TOKENS = 10_000_000
 
+_HTTP_URL = re.compile(r"https?://[^\s/]+(/\S*)?")
+
+
+def _without_credentials(url: str, *, secret_field: str) -> str:
+    """Refuse a URL with a user name or password in it: it would be written into every file.
+
+    A run records its spec, a result its runs, and the page and search index show both; a
+    password in ``http://user:pass@host`` would be published with them.
+    """
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in authority:
+        raise ValueError(
+            "must not carry a user name or password (user:password@host): the URL is written"
+            f" into the run, the result and the page; give the secret through {secret_field}"
+            " (the name of an environment variable) instead"
+        )
+    return url
+
+
 Seconds = Annotated[Num, Field(ge=0, le=_MAX_SECONDS)]
 PositiveSeconds = Annotated[Num, Field(gt=0, le=_MAX_SECONDS)]
 Rate = Annotated[Num, Field(gt=0, le=_MAX_RPS)]
@@ -152,12 +171,12 @@ class EngineSpec(StrictInputModel):
     def _endpoint(cls, value: str) -> str:
         if value == "sim":
             return value
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        if not _HTTP_URL.fullmatch(value):
             raise ValueError(
                 "must be an http(s) URL such as http://127.0.0.1:8000/v1, or 'sim' for the"
                 " embedded simulator"
             )
-        return value.rstrip("/")
+        return _without_credentials(value, secret_field="engine.api_key_env").rstrip("/")
 
     @field_validator("extra_body")
     @classmethod
@@ -490,9 +509,11 @@ class PowerSpec(StrictInputModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        if value is None:
+            return value
+        if not _HTTP_URL.fullmatch(value):
             raise ValueError("must be an http(s) URL")
-        return value
+        return _without_credentials(value, secret_field="power.username and power.password_env")
 
     @model_validator(mode="after")
     def _fields_for_source(self) -> PowerSpec:
