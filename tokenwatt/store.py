@@ -38,6 +38,7 @@ __all__ = [
     "FileKind",
     "atomic_write_text",
     "cache_dir",
+    "check_output",
     "detect_kind",
     "dump_result",
     "dump_run",
@@ -350,6 +351,34 @@ def cache_dir() -> Path:
     """The user's cache folder for tokenwatt: ``$TOKENWATT_CACHE``, else ``~/.cache/tokenwatt``."""
     root = os.environ.get("TOKENWATT_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "tokenwatt"
+
+
+def check_output(path: Path, *, kind: Literal["run", "result"], force: bool) -> None:
+    """Refuse an output path that would lose something, before any work is done.
+
+    A folder is never a file to write; an existing file is replaced only with ``force``, and
+    then only if it is the same kind of file (a run file never goes over a result, nor a result
+    over a run, whose measurement could not be repeated).
+
+    Raises:
+        WriteError: ``path`` is a folder.
+        InputError: ``path`` exists (without ``force``), or holds another kind of file.
+    """
+    if path.is_dir():
+        raise WriteError(f"{path}: is a folder; --out must name a file")
+    if not path.exists() and not path.is_symlink():
+        return
+    if not force:
+        raise InputError(
+            f"{path}: already exists; choose another --out, or pass --force to replace it"
+        )
+    try:
+        found: str | None = detect_kind(path, read_mapping(path))
+    except InputError:
+        found = None
+    if found != kind:
+        what = f"a {found} file" if found else "not a tokenwatt file"
+        raise InputError(f"{path}: is {what}; --force replaces only a {kind} file")
 
 
 def _os_reason(exc: OSError) -> str:

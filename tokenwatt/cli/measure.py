@@ -28,7 +28,7 @@ from rich.text import Text
 from typing_extensions import override
 
 from tokenwatt import redact, store
-from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt.cli._common import err_console, escape, out_console, text_arg
 from tokenwatt.measure import TERMINATED, MeasureOptions, Progress, measure
 from tokenwatt.report import quote_arg
 from tokenwatt.schema.base import Role
@@ -62,15 +62,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--spec", required=True, help="spec file (a bare name is also looked up in specs/)"
     )
-    p.add_argument("--label", required=True, help="name of this configuration")
+    p.add_argument("--label", required=True, type=text_arg, help="name of this configuration")
     p.add_argument("--role", required=True, choices=get_args(Role))
     p.add_argument("--out", required=True, type=Path, help="run file to write")
-    p.add_argument("--description", help="label shown on the page (default: --label)")
+    p.add_argument(
+        "--description", type=text_arg, help="label shown on the page (default: --label)"
+    )
     p.add_argument(
         "--quick", action="store_true", help="short windows, one repeat: validation only"
     )
     p.add_argument("--no-accuracy", action="store_true", help="skip the accuracy check")
     p.add_argument("--json-log", action="store_true", help="one JSON object per event on stderr")
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing run file at --out (only a run)"
+    )
     p.set_defaults(handler=run)
 
 
@@ -343,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
         description=args.description,
         quick=args.quick,
         no_accuracy=args.no_accuracy,
+        force=args.force,
     )
     err = err_console()
     if not getattr(args, "verbose", 0):
