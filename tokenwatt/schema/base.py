@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 __all__ = [
     "RUN_KIND",
     "SCHEMA_VERSION",
+    "SIM_ENGINE",
     "EnvVarName",
     "KvDtype",
     "Num",
@@ -23,6 +24,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """Version of the run and result file formats this tokenwatt writes and reads (absent = 1)."""
+
+SIM_ENGINE = "tokenwatt-sim"
+"""How the embedded simulator names itself (``/version``'s ``engine``, the start of its version)."""
 
 RUN_KIND = "tokenwatt-run"
 """Value of the ``kind`` key that marks a run file."""
