@@ -66,6 +66,7 @@ __all__ = [
     "MeasureOptions",
     "Progress",
     "QuickLimits",
+    "check_spec_inputs",
     "effective_settings",
     "measure",
 ]
@@ -94,6 +95,9 @@ class QuickLimits:
 
 
 QUICK = QuickLimits()
+
+_NO_CLIP_TOKENS = 2**31
+"""A context length no request reaches (for reading a workload without clipping it)."""
 
 TERMINATED = "SIGTERM"
 """Cancel message of the measurement task when SIGTERM stops it (the CLI sends it)."""
@@ -188,6 +192,26 @@ def _check_writable(out: Path, *, force: bool) -> None:
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def check_spec_inputs(loaded: LoadedSpec) -> None:
+    """Read every file a spec names as a measurement will (config, trace, suite), bounded.
+
+    ``tokenwatt validate`` and the pre-flight call it, so a bad trace (a NaN timestamp, a huge
+    CSV field) or suite fails in a second, before any load, not inside a probe.
+
+    Raises:
+        InputError: naming the file, line and field.
+    """
+    geometry = geometry_for_spec(loaded)
+    # Only reading here: the context requests are clipped to is the server's, learnt later.
+    build_workload(
+        loaded.spec,
+        trace_file=loaded.trace_file,
+        context_tokens=geometry.max_position_embeddings or _NO_CLIP_TOKENS,
+    )
+    if loaded.suite_file is not None:
+        load_suite(loaded.suite_file)
 
 
 def _sim_gpus(spec: Spec) -> list[GpuInfo]:
@@ -357,6 +381,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     state = _State(started=dt.datetime.now(dt.UTC))
     progress.phase("pre-flight", "checking the output path, endpoint, GPUs and power source")
     _check_writable(opts.out, force=opts.force)
+    check_spec_inputs(loaded)
     sim = None
     sampler: PowerSampler | None = None
     sweep = make_strategy(eff_s, eff_m, spec.slo)

@@ -361,11 +361,11 @@ def check_output(path: Path, *, kind: Literal["run", "result"], force: bool) -> 
     over a run, whose measurement could not be repeated).
 
     Raises:
-        WriteError: ``path`` is a folder.
-        InputError: ``path`` exists (without ``force``), or holds another kind of file.
+        InputError: ``path`` is a folder, exists (without ``force``), or holds another kind of
+            file.
     """
     if path.is_dir():
-        raise WriteError(f"{path}: is a folder; --out must name a file")
+        raise InputError(f"{path}: is a folder; --out must name a file")
     if not path.exists() and not path.is_symlink():
         return
     if not force:
