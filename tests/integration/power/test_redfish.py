@@ -279,17 +279,18 @@ def _debug_log(records_from, *, redacting: bool) -> str:
     if redacting:
         guard_handlers([handler], [("TW_BMC_PASS", SECRET)])
     root = logging.getLogger()
-    old_level = root.level
+    old_level, old_handlers = root.level, list(root.handlers)
     loggers = [logging.getLogger(n) for n in ("httpx", "httpcore")]
     old = [lg.level for lg in loggers]
-    root.addHandler(handler)
+    # Only this handler: another redacting one (left by a CLI test) rewrites the shared record.
+    root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG)
     for lg in loggers:
         lg.setLevel(logging.DEBUG)
     try:
         records_from()
     finally:
-        root.removeHandler(handler)
+        root.handlers[:] = old_handlers
         root.setLevel(old_level)
         for lg, level in zip(loggers, old, strict=True):
             lg.setLevel(level)
