@@ -205,6 +205,8 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
         "paired": paired,
         "outcomes": dict(outcomes),
         "median_change_pct": statistics.median(changes) if changes else None,
+        "bounded": bounded,
+        "bounded_missing_truth": bounded - covered,
         "coverage_bounded": covered / bounded if bounded else None,
         "coverage_all": (covered + len(a) - bounded) / len(a),
         "median_mde_pct": statistics.median(mdes) if mdes else None,

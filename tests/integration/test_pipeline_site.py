@@ -68,6 +68,7 @@ def test_page_draws_every_chart_from_the_runs(pipeline):
         "chart-goodput",
         "chart-ttft",
         "chart-tpot",
+        "chart-engine",
         "chart-power",
         "chart-tokens-per-joule",
     ]
