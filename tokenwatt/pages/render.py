@@ -28,6 +28,7 @@ from markupsafe import Markup
 from tokenwatt import compare, policy
 from tokenwatt.pages import charts as charts_mod
 from tokenwatt.schema.result import ConfigResult, ResultFile
+from tokenwatt.schema.spec import Spec
 
 __all__ = [
     "ConfigView",
@@ -43,6 +44,7 @@ __all__ = [
     "render_result",
     "result_page_uri",
     "result_view",
+    "spec_changes",
 ]
 
 SectionKey = Literal["published", "unpublished", "simulated"]
@@ -153,6 +155,43 @@ class ConfigView:
     tokens_per_joule_delta_pct: float | None
     capacity_bound: str | None = None
     """What is known of the SLO capacity when there is no estimate, in words."""
+    spec_json: str | None = None
+    """The config's own spec as JSON (None: the result file does not carry it)."""
+    spec_changes: tuple[str, ...] | None = None
+    """How its spec differs from the baseline's (None: not comparable, or the baseline)."""
+
+
+def _spec_json(spec: Spec) -> str:
+    return json.dumps(
+        spec.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False
+    )
+
+
+def _leaves(value: object, prefix: str) -> dict[str, object]:
+    """Every scalar or list of a JSON value, by dotted path (lists count as one value)."""
+    if isinstance(value, dict) and value:
+        out: dict[str, object] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def spec_changes(baseline: Spec, other: Spec) -> tuple[str, ...]:
+    """Each setting of ``other`` that differs from ``baseline``: ``path: old → new``.
+
+    Compared as the full specs dump them (defaults included), so a setting written out in one
+    file and left to its default in the other is no difference.
+    """
+    old = _leaves(baseline.model_dump(mode="json"), "")
+    new = _leaves(other.model_dump(mode="json"), "")
+    missing = "(absent)"
+    return tuple(
+        f"{path}: {json.dumps(old.get(path, missing), ensure_ascii=False)}"
+        f" → {json.dumps(new.get(path, missing), ensure_ascii=False)}"
+        for path in sorted(old.keys() | new.keys())
+        if old.get(path, missing) != new.get(path, missing)
+    )
 
 
 def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
@@ -190,6 +229,10 @@ def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
                 tokens_per_joule_computed=value_computed,
                 tokens_per_joule_delta_pct=None if is_base else _pct_change(value, base_tpj),
                 capacity_bound=_capacity_bound(config),
+                spec_json=_spec_json(config.spec) if config.spec is not None else None,
+                spec_changes=None
+                if is_base or baseline is None or baseline.spec is None or config.spec is None
+                else spec_changes(baseline.spec, config.spec),
             )
         )
     return tuple(views)
@@ -365,9 +408,7 @@ def render_result(view: ResultView, *, env: jinja2.Environment, draw: SvgDrawer 
         (chart, Markup(draw(chart, f"tw-{view.result.id}-{chart.key}")))
         for chart in charts_mod.charts_for(view.result)
     ]
-    spec_json = json.dumps(
-        view.result.spec.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False
-    )
+    spec_json = _spec_json(view.result.spec)
     return env.get_template("result.md.j2").render(
         view=view,
         r=view.result,

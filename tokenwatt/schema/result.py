@@ -421,6 +421,18 @@ class ConfigResult(StrictModel):
     power_validity: PowerValidity | None = Field(
         default=None, description="Coverage, gaps and GPUs of the confirmation's power readings"
     )
+    spec_path: str | None = Field(
+        default=None, description="The spec file this config was measured with, as given"
+    )
+    spec_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="SHA-256 of that spec file's bytes when it was measured",
+    )
+    spec: Spec | None = Field(
+        default=None,
+        description="This config's own spec, as it ran (the result's spec is the baseline's)",
+    )
 
     @model_validator(mode="after")
     def _passes_within_repeats(self) -> ConfigResult:
