@@ -163,6 +163,19 @@ def full_mode_data(
             own["engine"]["kernels"] = "vllm/vllm-openai:latest + tuned fused-MoE configs"
         config["spec_path"], config["spec_sha256"] = spec_files[config["key"]]
         config["spec"] = own
+        config["engine_version"] = "0.31.0"
+        cache_info = {
+            "block_size": "16",
+            "cache_dtype": "auto",
+            "enable_prefix_caching": "True",
+            "engine": "0",
+            "gpu_memory_utilization": "0.95" if config["key"] == "tuned" else "0.9",
+        }
+        config["engine_config"] = {
+            "max_model_len": 40960,
+            "info": [{"name": "vllm:cache_config_info", "labels": cache_info}],
+            "metrics_source": "GET /metrics",
+        }
     tuned = next(c for c in data["configs"] if c["key"] == "tuned")
     base = next(c for c in data["configs"] if c["key"] == "baseline")
     data["verdict"] = {

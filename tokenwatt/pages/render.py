@@ -27,6 +27,7 @@ from markupsafe import Markup
 
 from tokenwatt import compare, policy
 from tokenwatt.pages import charts as charts_mod
+from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.result import ConfigResult, ResultFile
 from tokenwatt.schema.spec import Spec
 
@@ -36,6 +37,7 @@ __all__ = [
     "ResultView",
     "SectionKey",
     "SvgDrawer",
+    "engine_changes",
     "fmt_number",
     "index_sections",
     "make_environment",
@@ -159,6 +161,9 @@ class ConfigView:
     """The config's own spec as JSON (None: the result file does not carry it)."""
     spec_changes: tuple[str, ...] | None = None
     """How its spec differs from the baseline's (None: not comparable, or the baseline)."""
+    engine_changes: tuple[str, ...] | None = None
+    """How the engine's reported configuration differs from the baseline's (None: either is
+    not measured, or this is the baseline)."""
 
 
 def _spec_json(spec: Spec) -> str:
@@ -183,8 +188,28 @@ def spec_changes(baseline: Spec, other: Spec) -> tuple[str, ...]:
     Compared as the full specs dump them (defaults included), so a setting written out in one
     file and left to its default in the other is no difference.
     """
-    old = _leaves(baseline.model_dump(mode="json"), "")
-    new = _leaves(other.model_dump(mode="json"), "")
+    return _changes(baseline.model_dump(mode="json"), other.model_dump(mode="json"))
+
+
+def _engine_settings(config: EngineConfig) -> dict[str, object]:
+    settings: dict[str, object] = {"max_model_len": config.max_model_len}
+    for gauge in config.info:
+        key = gauge.name
+        n = 2
+        while key in settings:
+            key, n = f"{gauge.name}#{n}", n + 1
+        settings[key] = dict(gauge.labels)
+    return settings
+
+
+def engine_changes(baseline: EngineConfig, other: EngineConfig) -> tuple[str, ...]:
+    """Each reported engine setting of ``other`` that differs from ``baseline``'s."""
+    return _changes(_engine_settings(baseline), _engine_settings(other))
+
+
+def _changes(old_json: object, new_json: object) -> tuple[str, ...]:
+    old = _leaves(old_json, "")
+    new = _leaves(new_json, "")
     missing = "(absent)"
     return tuple(
         f"{path}: {json.dumps(old.get(path, missing), ensure_ascii=False)}"
@@ -233,6 +258,12 @@ def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
                 spec_changes=None
                 if is_base or baseline is None or baseline.spec is None or config.spec is None
                 else spec_changes(baseline.spec, config.spec),
+                engine_changes=None
+                if is_base
+                or baseline is None
+                or baseline.engine_config is None
+                or config.engine_config is None
+                else engine_changes(baseline.engine_config, config.engine_config),
             )
         )
     return tuple(views)
