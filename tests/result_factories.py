@@ -159,8 +159,14 @@ def full_mode_data(
     }
     for config in data["configs"]:
         own = copy.deepcopy(data["spec"])
+        launch = "vllm serve Qwen/Qwen3-30B-A3B-FP8 --max-model-len 40960 --api-key $VLLM_API_KEY"
         if config["key"] == "tuned":
             own["engine"]["kernels"] = "vllm/vllm-openai:latest + tuned fused-MoE configs"
+            launch = (
+                "VLLM_TUNED_CONFIG_FOLDER=/configs/moe vllm serve Qwen/Qwen3-30B-A3B-FP8"
+                " --max-model-len 40960 --gpu-memory-utilization 0.95 --api-key $VLLM_API_KEY"
+            )
+        own["engine"]["launch"] = launch
         config["spec_path"], config["spec_sha256"] = spec_files[config["key"]]
         config["spec"] = own
         config["engine_version"] = "0.31.0"

@@ -12,6 +12,7 @@ from tests.result_factories import full_mode_data, hostile_data, seed_data
 from tokenwatt.pages.render import (
     fmt_number,
     index_sections,
+    launch_changes,
     make_environment,
     md_escape,
     render_result,
@@ -221,10 +222,26 @@ def test_page_shows_each_configs_spec_and_what_tuned_changed(seed_path):
     view = result_view(ResultFile.model_validate(full_mode_data(seed_path)), source="r.json")
     tuned = next(v for v in view.configs if v.config.key == "tuned")
     assert tuned.spec_changes is not None
-    assert [c.split(":")[0] for c in tuned.spec_changes] == ["engine.kernels"]
+    assert [c.split(":")[0] for c in tuned.spec_changes] == ["engine.kernels", "engine.launch"]
+    assert tuned.launch_changes == (
+        "+ VLLM_TUNED_CONFIG_FOLDER=/configs/moe",
+        "+ --gpu-memory-utilization 0.95",
+    )
     text = render_result(
         view, env=make_environment(Path(__file__).parents[2] / "templates"), draw=lambda c, i: ""
     )
     assert text.count('<details class="tw-spec">') == 3
     assert "specs/h100-tuned.spec.yaml" in text
     assert "b2" * 32 in text
+
+
+def test_launch_changes_show_the_arguments_dropped_and_added():
+    assert launch_changes("vllm serve m --block-size 16", "vllm serve m --block-size 16") == ()
+    assert launch_changes(
+        "vllm serve m --no-enable-prefix-caching --block-size 16",
+        "vllm serve m --block-size 32 --enable-chunked-prefill",
+    ) == (
+        "- --no-enable-prefix-caching",
+        "- 16",
+        "+ 32 --enable-chunked-prefill",
+    )

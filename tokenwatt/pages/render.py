@@ -13,9 +13,11 @@ published ones, whatever its status says.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
+import shlex
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ __all__ = [
     "engine_changes",
     "fmt_number",
     "index_sections",
+    "launch_changes",
     "make_environment",
     "md_escape",
     "render_index",
@@ -161,6 +164,9 @@ class ConfigView:
     """The config's own spec as JSON (None: the result file does not carry it)."""
     spec_changes: tuple[str, ...] | None = None
     """How its spec differs from the baseline's (None: not comparable, or the baseline)."""
+    launch_changes: tuple[str, ...] | None = None
+    """The arguments its launch command adds or drops against the baseline's (None: either has
+    no launch command recorded, or this is the baseline)."""
     engine_changes: tuple[str, ...] | None = None
     """How the engine's reported configuration differs from the baseline's (None: either is
     not measured, or this is the baseline)."""
@@ -207,6 +213,23 @@ def engine_changes(baseline: EngineConfig, other: EngineConfig) -> tuple[str, ..
     return _changes(_engine_settings(baseline), _engine_settings(other))
 
 
+def launch_changes(baseline: str, other: str) -> tuple[str, ...]:
+    """The arguments ``other`` drops (``- ...``) and adds (``+ ...``) against ``baseline``."""
+    old, new = shlex.split(baseline), shlex.split(other)
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            out.append("- " + shlex.join(old[i1:i2]))
+        if tag in ("replace", "insert"):
+            out.append("+ " + shlex.join(new[j1:j2]))
+    return tuple(out)
+
+
+def _launch(config: ConfigResult) -> str | None:
+    return config.spec.engine.launch if config.spec is not None else None
+
+
 def _changes(old_json: object, new_json: object) -> tuple[str, ...]:
     old = _leaves(old_json, "")
     new = _leaves(new_json, "")
@@ -217,6 +240,12 @@ def _changes(old_json: object, new_json: object) -> tuple[str, ...]:
         for path in sorted(old.keys() | new.keys())
         if old.get(path, missing) != new.get(path, missing)
     )
+
+
+def _launch_changes(baseline: str | None, other: str | None) -> tuple[str, ...] | None:
+    if baseline is None or other is None:
+        return None
+    return launch_changes(baseline, other)
 
 
 def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
@@ -258,6 +287,9 @@ def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
                 spec_changes=None
                 if is_base or baseline is None or baseline.spec is None or config.spec is None
                 else spec_changes(baseline.spec, config.spec),
+                launch_changes=None
+                if is_base or baseline is None
+                else _launch_changes(_launch(baseline), _launch(config)),
                 engine_changes=None
                 if is_base
                 or baseline is None
