@@ -50,6 +50,7 @@ from typing import Literal, Protocol
 
 from pydantic import Field, ValidationError
 
+from tokenwatt import bounded
 from tokenwatt.errors import InputError
 from tokenwatt.schema.base import StrictModel
 from tokenwatt.schema.run import AccuracyEvidence, AccuracyItem, AccuracySeedScore
@@ -59,6 +60,7 @@ __all__ = [
     "Completion",
     "SuiteItem",
     "TextCompleter",
+    "accuracy_evidence",
     "build_prompt",
     "draw_exemplars",
     "extract_answer",
@@ -101,15 +103,12 @@ def final_answer_of_solution(solution: str) -> str:
 
 def _read_gsm8k(path: Path, split: Literal["test", "train"]) -> list[SuiteItem]:
     items: list[SuiteItem] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
+    lines = bounded.read_text(path, max_bytes=bounded.MAX_TABLE_BYTES).splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = bounded.parse_json_line(line)
             solution = str(row["answer"])
             items.append(
                 SuiteItem(
@@ -120,7 +119,7 @@ def _read_gsm8k(path: Path, split: Literal["test", "train"]) -> list[SuiteItem]:
                     solution=solution,
                 )
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{path}: line {number}: not a GSM8K row: {exc}") from None
     return items
 
@@ -162,12 +161,7 @@ def load_suite(path: Path) -> list[SuiteItem]:
     Raises:
         InputError: naming the file and line of the first bad item, or an empty suite.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: suite file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read suite: {exc}") from None
+    text = bounded.read_text(path, max_bytes=bounded.MAX_TABLE_BYTES)
     items: list[SuiteItem] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -288,6 +282,7 @@ async def run_accuracy(
     suite_path: str,
     meaningful: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    answers: list[AccuracyItem] | None = None,
 ) -> AccuracyEvidence:
     """Ask the first ``limit`` test questions once per seed and score every answer.
 
@@ -298,6 +293,8 @@ async def run_accuracy(
         suite_path: the suite path to record.
         meaningful: False against the simulator.
         progress: called with (answered so far, total) as answers come back.
+        answers: receives each answer as it comes back, so that a check cut short (Ctrl-C,
+            SIGTERM, a failing endpoint) keeps what it got (:func:`accuracy_evidence`).
 
     Raises:
         InputError: a suite with fewer test questions than ``limit`` or too few exemplars.
@@ -315,7 +312,9 @@ async def run_accuracy(
     done = 0
     gate = asyncio.Semaphore(spec.concurrency)
 
-    async def ask(seed: int, index: int, item: SuiteItem, prompt: str) -> AccuracyItem:
+    answers = [] if answers is None else answers
+
+    async def ask(seed: int, index: int, item: SuiteItem, prompt: str) -> None:
         nonlocal done
         async with gate:
             result = await completer.complete_text(
@@ -325,7 +324,7 @@ async def run_accuracy(
         if progress is not None:
             progress(done, total)
         extracted = extract_answer(result.text) if result.text is not None else None
-        return AccuracyItem(
+        answer = AccuracyItem(
             seed=seed,
             index=index,
             id=item.id,
@@ -335,28 +334,41 @@ async def run_accuracy(
             correct=result.error is None and is_correct(extracted, item.answer),
             error=result.error,
         )
+        answers.append(answer)
 
-    items: list[AccuracyItem] = []
-    per_seed: list[AccuracySeedScore] = []
     for seed in range(spec.seeds):
         exemplars = draw_exemplars(pool, shots=spec.shots, seed=seed, exclude_questions=asked)
-        answers = await asyncio.gather(
+        await asyncio.gather(
             *(ask(seed, i, q, build_prompt(exemplars, q.question)) for i, q in enumerate(questions))
         )
-        correct = sum(1 for a in answers if a.correct)
-        failed = sum(1 for a in answers if a.error is not None)
+    return accuracy_evidence(spec, answers, suite_path=suite_path, meaningful=meaningful)
+
+
+def accuracy_evidence(
+    spec: AccuracySpec, answers: Sequence[AccuracyItem], *, suite_path: str, meaningful: bool
+) -> AccuracyEvidence:
+    """Score answers per seed: % correct of the seed's questions answered (or failed) so far.
+
+    A complete check has ``limit`` answers per seed, so each score is % correct of ``limit``; an
+    interrupted one scores what came back, and the run says it is incomplete.
+    """
+    items = sorted(answers, key=lambda a: (a.seed, a.index))
+    per_seed: list[AccuracySeedScore] = []
+    for seed in sorted({a.seed for a in items}):
+        mine = [a for a in items if a.seed == seed]
+        correct = sum(1 for a in mine if a.correct)
+        failed = sum(1 for a in mine if a.error is not None)
         per_seed.append(
             AccuracySeedScore(
                 seed=seed,
-                score=correct / spec.limit * 100.0,
+                score=correct / len(mine) * 100.0,
                 correct=correct,
-                answered=spec.limit - failed,
+                answered=len(mine) - failed,
                 failed=failed,
             )
         )
-        logger.info("accuracy seed %d: %d/%d correct, %d failed", seed, correct, spec.limit, failed)
-        items.extend(answers)
-    scores = [s.score for s in per_seed]
+        logger.info("accuracy seed %d: %d/%d correct, %d failed", seed, correct, len(mine), failed)
+    scores = [s.score for s in per_seed] or [0.0]
     return AccuracyEvidence(
         suite=suite_path,
         name=spec.name,

@@ -102,6 +102,7 @@ async def run_demo(
                 command=_command(demo, out),
                 description=demo.description,
                 quick=True,
+                force=True,  # the demo's own run files, made again on every demo
             ),
             progress,
         )

@@ -9,6 +9,7 @@ exit status. Every message says what went wrong and, where it can, what to do ab
     - SpecError                  a spec file (YAML) that does not load or does not make sense
     - RunFileError               a run file that does not load
     - ResultError                a result file that does not load, or runs that cannot be compared
+    - WriteError                 an output file cannot be written (folder, full disk, read-only)
   x EndpointError                the server under test is unreachable or wrong (exit 2)
   x PowerError                   a power source cannot be set up or read
   x PolicyError                  a file breaks the publishing policy (exit 1)
@@ -30,6 +31,7 @@ __all__ = [
     "RunFileError",
     "SpecError",
     "TokenwattError",
+    "WriteError",
 ]
 
 
@@ -55,6 +57,13 @@ class RunFileError(InputError):
 
 class ResultError(InputError):
     """A result file does not parse or validate, or runs cannot be combined into one."""
+
+
+class WriteError(InputError):
+    """An output file cannot be written (nothing half-written is left).
+
+    Measured data is kept in a recovery file that the message names.
+    """
 
 
 class EndpointError(TokenwattError):

@@ -349,10 +349,18 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
     Raises:
         ResultError: a summary field of the file disagrees with its evidence (named).
     """
-    if run.spec.engine.endpoint == "sim" and not run.simulated:
+    from tokenwatt.policy import run_simulated_because  # policy reads figures: import here
+
+    because = run_simulated_because(run)
+    if because is not None and not run.simulated:
         raise ResultError(
-            f"{path}: simulated is false, but the spec's engine.endpoint is 'sim': a run made"
-            " against the simulator is always marked simulated"
+            f"{path}: simulated is false, but {because}: a run made against the simulator is"
+            " always marked simulated"
+        )
+    if not run.quick and run.effective != run.spec.measurement:
+        raise ResultError(
+            f"{path}: quick is false, but the durations in force (effective) differ from the"
+            " spec's measurement section: only --quick shortens them"
         )
     for probe in run.probes:
         _check_probe(path, run, probe)

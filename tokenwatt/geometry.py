@@ -32,7 +32,6 @@ token (tokens routed independently and uniformly), plus the KV cache of each seq
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from tokenwatt import bounded
 from tokenwatt.errors import InputError
 from tokenwatt.schema.spec import GeometryOverrides, LoadedSpec
 
@@ -826,14 +826,9 @@ def load_geometry(
     where = "model.geometry"
     if path is not None:
         where = str(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path}: model config not found (model.config in the spec)") from None
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}: not a JSON config.json: {exc}") from None
+        if not path.exists():
+            raise InputError(f"{path}: model config not found (model.config in the spec)")
+        data = bounded.parse_json(bounded.read_text(path), where=path)
         if not isinstance(data, dict):
             raise InputError(f"{path}: the top level must be a JSON object")
         config = data

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tokenwatt import energy, provenance
-from tokenwatt.accuracy import load_suite, run_accuracy
+from tokenwatt.accuracy import accuracy_evidence, load_suite, run_accuracy
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.engine_config import read_engine_config
 from tokenwatt.errors import EndpointError, InputError, Interrupted, TokenwattError
@@ -50,6 +50,7 @@ from tokenwatt.schema.base import Role
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.run import (
     AccuracyEvidence,
+    AccuracyItem,
     Environment,
     GpuInfo,
     MbuEvidence,
@@ -59,7 +60,7 @@ from tokenwatt.schema.run import (
     RunOutcome,
 )
 from tokenwatt.schema.spec import AccuracySpec, LoadedSpec, MeasurementSpec, Spec, SweepSpec
-from tokenwatt.store import filled, save_run
+from tokenwatt.store import check_output, filled, save_run
 from tokenwatt.sweep import ProbePlan, Strategy, make_strategy
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "MeasureOptions",
     "Progress",
     "QuickLimits",
+    "check_spec_inputs",
     "effective_settings",
     "measure",
 ]
@@ -96,6 +98,9 @@ class QuickLimits:
 
 
 QUICK = QuickLimits()
+
+_NO_CLIP_TOKENS = 2**31
+"""A context length no request reaches (for reading a workload without clipping it)."""
 
 TERMINATED = "SIGTERM"
 """Cancel message of the measurement task when SIGTERM stops it (the CLI sends it)."""
@@ -135,6 +140,8 @@ class MeasureOptions:
     description: str | None = None
     quick: bool = False
     no_accuracy: bool = False
+    force: bool = False
+    """Replace an existing run file at ``out`` (never a file of another kind)."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -165,14 +172,15 @@ def effective_settings(
     return m, s, a
 
 
-def _check_writable(out: Path) -> None:
+def _check_writable(out: Path, *, force: bool) -> None:
     """Fail before any load if the run file could not be written; leave nothing behind.
 
-    Folders missing on the way to ``out`` are created for the test and removed again (the run
-    file's own write creates them at the end), so a failed pre-flight writes nothing.
+    An existing file is replaced only with ``force`` and only if it is a run file
+    (:func:`~tokenwatt.store.check_output`). Folders missing on the way to ``out`` are created
+    for the test and removed again (the run file's own write creates them at the end), so a
+    failed pre-flight writes nothing.
     """
-    if out.is_dir():
-        raise InputError(f"{out}: is a folder; --out must name a file")
+    check_output(out, kind="run", force=force)
     created: list[Path] = []
     try:
         missing = [p for p in [out.parent, *out.parent.parents] if not p.exists()]
@@ -187,6 +195,26 @@ def _check_writable(out: Path) -> None:
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def check_spec_inputs(loaded: LoadedSpec) -> None:
+    """Read every file a spec names as a measurement will (config, trace, suite), bounded.
+
+    ``tokenwatt validate`` and the pre-flight call it, so a bad trace (a NaN timestamp, a huge
+    CSV field) or suite fails in a second, before any load, not inside a probe.
+
+    Raises:
+        InputError: naming the file, line and field.
+    """
+    geometry = geometry_for_spec(loaded)
+    # Only reading here: the context requests are clipped to is the server's, learnt later.
+    build_workload(
+        loaded.spec,
+        trace_file=loaded.trace_file,
+        context_tokens=geometry.max_position_embeddings or _NO_CLIP_TOKENS,
+    )
+    if loaded.suite_file is not None:
+        load_suite(loaded.suite_file)
 
 
 def _sim_gpus(spec: Spec) -> list[GpuInfo]:
@@ -221,6 +249,9 @@ class _State:
     probes: list[ProbeRecord] = field(default_factory=list)
     probe_ns: list[int] = field(default_factory=list)
     accuracy: AccuracyEvidence | None = None
+    accuracy_spec: AccuracySpec | None = None
+    answers: list[AccuracyItem] = field(default_factory=list)
+    """Accuracy answers as they come back (kept when the check is cut short)."""
     power: PowerEvidence | None = None
     mbu: MbuEvidence | None = None
     outcome: RunOutcome | None = None
@@ -356,7 +387,8 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         eff_a = None
     state = _State(started=dt.datetime.now(dt.UTC))
     progress.phase("pre-flight", "checking the output path, endpoint, GPUs and power source")
-    _check_writable(opts.out)
+    _check_writable(opts.out, force=opts.force)
+    check_spec_inputs(loaded)
     sim = None
     sampler: PowerSampler | None = None
     sweep = make_strategy(eff_s, eff_m, spec.slo)
@@ -420,6 +452,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             if eff_a is not None:
                 progress.phase("accuracy", f"{eff_a.name}: {eff_a.limit} questions x {eff_a.seeds}")
                 assert loaded.suite_file is not None  # resolved with the accuracy section
+                state.accuracy_spec = eff_a
                 state.accuracy = await run_accuracy(
                     gen.client,
                     eff_a,
@@ -427,6 +460,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                     suite_path=eff_a.suite,
                     meaningful=not state.simulated,
                     progress=progress.accuracy,
+                    answers=state.answers,
                 )
             progress.phase("sweep", "searching the SLO boundary")
             started_load = True
@@ -450,14 +484,15 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         cause = (
             "terminated (SIGTERM)" if TERMINATED in exc.args else "interrupted by the user (Ctrl-C)"
         )
-        if not started_load and not state.probes and state.accuracy is None:
+        if not started_load and not state.probes and not state.answers:
             raise Interrupted(f"{cause} during pre-flight; nothing was written") from None
         _finish_partial(opts, state, sweep, sampler, spec, eff_m, cause)
         raise Interrupted(
-            f"{cause}: {len(state.probes)} probe(s) measured; {opts.out} written, marked incomplete"
+            f"{cause}: {len(state.probes)} probe(s) and {len(state.answers)} accuracy answer(s)"
+            f" measured; {opts.out} written, marked incomplete"
         ) from None
     except TokenwattError as exc:
-        if state.probes:
+        if state.probes or state.answers:
             _finish_partial(opts, state, sweep, sampler, spec, eff_m, f"aborted: {exc}")
             raise type(exc)(
                 f"{exc} ({opts.out} written with the probes so far, marked incomplete)"
@@ -500,6 +535,13 @@ def _finish_partial(
     reason: str,
 ) -> None:
     """Write what was measured, marked incomplete (atomic: the old file or the new one)."""
+    if state.accuracy is None and state.answers and state.accuracy_spec is not None:
+        state.accuracy = accuracy_evidence(
+            state.accuracy_spec,
+            state.answers,
+            suite_path=state.accuracy_spec.suite,
+            meaningful=not state.simulated,
+        )
     try:
         _figures(state, sweep, sampler, spec)
     except TokenwattError as exc:

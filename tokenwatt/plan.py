@@ -32,15 +32,14 @@ import hashlib
 import json
 import logging
 import math
-import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import Field
 from scipy import stats as scipy_stats
 
+from tokenwatt import store
 from tokenwatt.capacity import CapacityEstimate, estimate_capacity, relative_capacity
 from tokenwatt.errors import InputError
 from tokenwatt.figures import search_phases
@@ -211,11 +210,6 @@ def _truth_key(
     return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("TOKENWATT_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "tokenwatt"
-
-
 def true_capacity(
     loaded: LoadedSpec,
     config: EngineConfig,
@@ -235,7 +229,7 @@ def true_capacity(
     """
     spec = loaded.spec
     key = _truth_key(spec, config, window_s, warmup_s, seeds)
-    path = _cache_dir() / "truth" / f"{key}.json"
+    path = store.cache_dir() / "truth" / f"{key}.json"
     if cache and path.is_file():
         try:
             return TruthResult.model_validate_json(path.read_text(encoding="utf-8"))

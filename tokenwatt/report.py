@@ -551,6 +551,13 @@ def build_result(
             raise ResultError(f"more than one run has role '{role}': {paths}")
     if "baseline" not in roles:
         raise ResultError("no run has role 'baseline'; the comparison needs one")
+    for later, b in enumerate(runs):
+        for a in runs[:later]:
+            if b.run.probes and b.run.probes == a.run.probes:
+                raise ResultError(
+                    f"{b.path} holds the same measurement as {a.path} (identical probes): a"
+                    " run counted twice would look like two agreeing configurations"
+                )
     mismatches = comparability(runs)
     if mismatches and not allow_mismatch:
         raise ResultError(

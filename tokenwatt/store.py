@@ -3,8 +3,10 @@
 The JSON/YAML edge of tokenwatt: bytes in, validated models out, and back. Every failure becomes
 one :class:`~tokenwatt.errors.InputError` that names the file, the field path and the problem.
 Writes are atomic (temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C
-never leaves a half-written file, and a file is never written if it would contain the value of a
-secret environment variable the spec names.
+never leaves a half-written file; the value of a secret environment variable the spec names is
+redacted (:mod:`tokenwatt.redact`); a run or result that cannot be written where asked (full
+disk, read-only folder) is kept in a recovery file under the user's cache, and the error says
+where.
 
 A spec is the one file that names other files (``model.config``, ``workload.trace``,
 ``accuracy.suite``): :func:`load_spec` resolves each of them here, once, and checks that it
@@ -14,19 +16,20 @@ exists, so the rest of tokenwatt reads resolved paths and never resolves a path 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import errno
 import json
 import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError
+from tokenwatt import bounded, redact
+from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError, WriteError
 from tokenwatt.schema.base import RUN_KIND, SCHEMA_VERSION
 from tokenwatt.schema.result import ResultFile
 from tokenwatt.schema.run import RunFile
@@ -35,6 +38,8 @@ from tokenwatt.schema.spec import BUILTIN_WORKLOADS, LoadedSpec, Spec
 __all__ = [
     "FileKind",
     "atomic_write_text",
+    "cache_dir",
+    "check_output",
     "detect_kind",
     "dump_result",
     "dump_run",
@@ -72,43 +77,8 @@ _NAMES_FIELD = re.compile(r"[a-z_]+(\[\d+\])?(\.[a-z_0-9]+(\[\d+\])?)*: ")
 # Parsing
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in mapping:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
-        mapping[key] = loader.construct_object(value_node, deep=True)
-    return mapping
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
-def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def read_mapping(path: Path, *, error: type[InputError] = InputError) -> dict[str, Any]:
-    """Read a JSON or YAML file whose top level is a mapping.
+    """Read a JSON or YAML file whose top level is a mapping (bounded: :mod:`tokenwatt.bounded`).
 
     Args:
         path: The file. ``.yaml``/``.yml`` files are read as YAML, everything else as JSON
@@ -118,43 +88,14 @@ def read_mapping(path: Path, *, error: type[InputError] = InputError) -> dict[st
     Raises:
         InputError: (or ``error``) naming the file and the problem, with line and column.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(
-            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
-        ) from None
-    text = text.removeprefix("\ufeff")
+    text = bounded.read_text(path, error=error)
     if not text.strip():
         raise error(f"{path}: file is empty")
     data: Any
     if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            data = yaml.load(text, Loader=_UniqueKeyLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            problem = exc.problem or exc.context or "invalid YAML"
-            raise error(f"{path}: YAML syntax error at {where}{problem}") from None
-        except yaml.YAMLError as exc:
-            raise error(f"{path}: YAML error: {exc}") from None
+        data = bounded.parse_yaml(text, where=path, error=error)
     else:
-        try:
-            data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_reject_constant)
-        except json.JSONDecodeError as exc:
-            raise error(
-                f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
-        except (ValueError, RecursionError) as exc:
-            raise error(f"{path}: invalid JSON: {exc}") from None
+        data = bounded.parse_json(text, where=path, error=error)
     if not isinstance(data, dict):
         raise error(f"{path}: the top level must be a mapping of fields, got {_type_name(data)}")
     return data
@@ -204,6 +145,7 @@ def _field_path(loc: tuple[int | str, ...], data: Any, *, missing: bool) -> str:
 
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    text = redact.redact_text(text)  # a refused http://user:password@host is not echoed
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -219,6 +161,8 @@ def format_validation_error(
     for err in errors:
         field = _field_path(tuple(err["loc"]), data, missing=err["type"] == "missing")
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if isinstance(err.get("input"), bool) and err["type"] in ("int_type", "float_type"):
+            msg = "must be a number, not a boolean"
         if err["type"] not in ("missing", "extra_forbidden") and not isinstance(
             err.get("input"), dict | list
         ):
@@ -287,8 +231,10 @@ def _check_version(path: Path, kind: FileKind, data: dict[str, Any]) -> None:
 
 def _named_file(path: Path, field: str, value: str) -> Path:
     resolved = resolve_relative(path, value)
-    if not resolved.is_file():
+    if not resolved.exists():
         raise SpecError(f"{path}: invalid spec: {field}: file not found: {resolved}")
+    if not resolved.is_file():
+        raise SpecError(f"{path}: invalid spec: {field}: not a regular file: {resolved}")
     return resolved
 
 
@@ -366,8 +312,8 @@ def resolve_spec_path(given: str | Path, *, specs_dir: Path = Path("specs")) -> 
     to ``specs/``.
     """
     path = Path(given)
-    if path.is_file():
-        return path
+    if path.exists():
+        return path  # a folder or a FIFO too: the loader says what it is, without opening it
     if path.parent == Path() and (specs_dir / path).is_file():
         logger.info("spec %s found as %s", given, specs_dir / path)
         return specs_dir / path
@@ -408,34 +354,63 @@ def dump_run(run: RunFile) -> dict[str, Any]:
     return data
 
 
-def _secret_values(spec: Spec | None) -> Iterator[tuple[str, str]]:
-    if spec is None:
-        return
-    for name in (spec.engine.api_key_env, spec.power.password_env):
-        if name:
-            value = os.environ.get(name, "")
-            # Very short values would match by accident and are not worth protecting this way.
-            if len(value) >= 4:
-                yield name, value
+def cache_dir() -> Path:
+    """The user's cache folder for tokenwatt: ``$TOKENWATT_CACHE``, else ``~/.cache/tokenwatt``."""
+    root = os.environ.get("TOKENWATT_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "tokenwatt"
 
 
-def atomic_write_text(path: Path, text: str, *, spec: Spec | None = None) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename.
+def check_output(path: Path, *, kind: Literal["run", "result"], force: bool) -> None:
+    """Refuse an output path that would lose something, before any work is done.
+
+    A folder is never a file to write; an existing file is replaced only with ``force``, and
+    then only if it is the same kind of file (a run file never goes over a result, nor a result
+    over a run, whose measurement could not be repeated).
 
     Raises:
-        InputError: if the text would contain the value of a secret the spec names, or the
-            folder cannot be written.
+        InputError: ``path`` is a folder, exists (without ``force``), or holds another kind of
+            file.
     """
-    for name, value in _secret_values(spec):
-        if value in text:
-            raise InputError(
-                f"{path}: refusing to write: the file would contain the value of ${name}"
-            )
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; --out must name a file")
+    if not path.exists() and not path.is_symlink():
+        return
+    if not force:
+        raise InputError(
+            f"{path}: already exists; choose another --out, or pass --force to replace it"
+        )
+    try:
+        found: str | None = detect_kind(path, read_mapping(path))
+    except InputError:
+        found = None
+    if found != kind:
+        what = f"a {found} file" if found else "not a tokenwatt file"
+        raise InputError(f"{path}: is {what}; --force replaces only a {kind} file")
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device"
+    if exc.errno == errno.EROFS:
+        return "the file system is read-only"
+    return exc.strerror or str(exc)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename.
+
+    Either the old file (or none) or the whole new one is there afterwards, whatever fails.
+
+    Raises:
+        WriteError: naming the file and the reason (a folder, no space, a read-only folder).
+    """
+    if path.is_dir():
+        raise WriteError(f"{path}: is a folder; name a file to write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise WriteError(f"{path}: cannot write: {_os_reason(exc)}") from None
     tmp = Path(tmp_name)
     try:
         # mkstemp creates the file 0600; give it the mode a plain open() would have.
@@ -447,10 +422,55 @@ def atomic_write_text(path: Path, text: str, *, spec: Spec | None = None) -> Non
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(f"{path}: cannot write: {_os_reason(exc)}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _recovery_folders() -> list[Path]:
+    return [cache_dir() / "recovery", Path(tempfile.gettempdir()) / "tokenwatt-recovery"]
+
+
+def _write_or_recover(path: Path, text: str, what: str) -> None:
+    """Write ``text`` to ``path``; if that fails, keep it in a recovery file and say where.
+
+    Raises:
+        WriteError: the file could not be written; the message names the recovery file (or says
+            that none could be written either).
+    """
+    try:
+        atomic_write_text(path, text)
+    except WriteError as exc:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        for folder in _recovery_folders():
+            recovery = folder / f"{stamp}-{os.getpid()}-{path.name or what}"
+            try:
+                atomic_write_text(recovery, text)
+            except WriteError:
+                continue
+            logger.warning("%s kept in the recovery file %s", what, recovery)
+            raise WriteError(
+                f"{exc}; the {what} was saved to {recovery} instead: move it into place"
+            ) from None
+        raise WriteError(f"{exc}; no recovery file could be written either") from None
+
+
+def _redacted(data: dict[str, Any], spec: Spec | None, path: Path) -> dict[str, Any]:
+    clean, names = redact.redact_data(data, redact.spec_secrets(spec, os.environ))
+    for name in names:
+        logger.warning(
+            "%s: the value of $%s appeared in the file; it is written as %s",
+            path,
+            name,
+            redact.REDACTED,
+        )
+    result: dict[str, Any] = clean
+    return result
 
 
 def _json_text(data: dict[str, Any]) -> str:
@@ -458,14 +478,18 @@ def _json_text(data: dict[str, Any]) -> str:
 
 
 def save_run(run: RunFile, path: Path) -> None:
-    """Validate and atomically write a run file."""
-    data = dump_run(run)
+    """Validate and atomically write a run file, secrets redacted; a failed write is recovered.
+
+    Raises:
+        WriteError: the file could not be written; the message says where the run was kept.
+    """
+    data = _redacted(dump_run(run), run.spec, path)
     RunFile.model_validate(data)  # what we write must load back
-    atomic_write_text(path, _json_text(data), spec=run.spec)
+    _write_or_recover(path, _json_text(data), "run")
 
 
 def save_result(result: ResultFile, path: Path) -> None:
-    """Validate and atomically write a result file."""
-    data = dump_result(result)
+    """Validate and atomically write a result file, secrets redacted (see :func:`save_run`)."""
+    data = _redacted(dump_result(result), result.spec, path)
     ResultFile.model_validate(data)
-    atomic_write_text(path, _json_text(data), spec=result.spec)
+    _write_or_recover(path, _json_text(data), "result")

@@ -21,9 +21,11 @@ from tests.measure_cli import (
     error_lines,
     files_in,
     kill_group,
+    load_spec_dict,
     load_valid_run,
     measure_argv,
     wait_gone,
+    write_spec,
 )
 
 pytestmark = pytest.mark.slow
@@ -92,7 +94,7 @@ def test_signal_mid_probe_writes_an_incomplete_run(repo, tmp_path, signum, to_gr
     assert len(errors) == 1, errors
     assert errors[0].startswith("Interrupted: ")
     assert cause in errors[0]
-    assert "1 probe(s) measured" in errors[0]
+    assert "1 probe(s) and 0 accuracy answer(s) measured" in errors[0]
     assert "Traceback" not in stderr
     assert wait_gone(kids, 2.0) == []  # no simulator or worker left behind
     assert files_in(tmp_path) == ["a.json"]  # no temporary file
@@ -125,3 +127,67 @@ def test_killed_process_leaves_no_file(repo, tmp_path):
             kill_group(proc)
     assert proc.returncode == -signal.SIGKILL
     assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("signum", "to_group", "cause"),
+    [
+        (signal.SIGINT, True, "interrupted by the user (Ctrl-C)"),
+        (signal.SIGTERM, False, "terminated (SIGTERM)"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_signal_during_the_accuracy_check_keeps_the_answers(
+    repo, tmp_path, signum, to_group, cause
+):
+    """12 questions one at a time (about 0.8 s each on the simulator): cut after the second."""
+    spec = load_spec_dict(repo / SPEC)
+    spec["model"]["config"] = str(repo / "specs/models/Qwen__Qwen3-8B/config.json")
+    spec["accuracy"].update(
+        suite=str(repo / "specs/suites/gsm8k-200.jsonl"), limit=12, concurrency=1, max_tokens=384
+    )
+    spec_path = write_spec(tmp_path / "acc.spec.yaml", spec)
+    out = tmp_path / "runs" / "a.json"
+    proc = subprocess.Popen(
+        measure_argv(spec_path, out),
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    seen = ""
+    with proc:
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                line = proc.stderr.readline()
+                seen += line
+                if not line or re.search(r"accuracy: [2-9]/12 answers", line):
+                    break
+            assert re.search(r"accuracy: [2-9]/12 answers", seen), seen[-3000:]
+            if to_group:
+                os.killpg(proc.pid, signum)
+            else:
+                os.kill(proc.pid, signum)
+            proc.wait(timeout=30)
+        finally:
+            kill_group(proc)
+        stderr = seen + proc.stderr.read()
+    assert proc.returncode == 130, stderr[-3000:]
+    errors = error_lines(stderr)
+    assert len(errors) == 1, errors
+    assert cause in errors[0]
+    assert "nothing was written" not in errors[0]
+    assert f"{out} written, marked incomplete" in errors[0]
+    assert files_in(out.parent) == ["a.json"]
+    run = load_valid_run(out, cwd=repo)
+    assert run.complete is False
+    assert run.probes == []
+    assert run.accuracy is not None
+    answered = len(run.accuracy.items)
+    assert 2 <= answered < 12
+    assert f"0 probe(s) and {answered} accuracy answer(s)" in errors[0]
+    assert run.accuracy.limit == 12
+    assert run.accuracy.per_seed[0].answered + run.accuracy.per_seed[0].failed == answered

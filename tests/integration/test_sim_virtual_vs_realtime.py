@@ -34,12 +34,24 @@ async def test_a_virtual_probe_matches_the_same_probe_in_real_time(repo: Path):
     workload = build_workload(
         spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
     )
-    virtual = VirtualServer(config, workload, request_timeout_s=120).probe(ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S), index=STREAM, slo=spec.slo).record  # fmt: skip
+    virtual = (
+        VirtualServer(config, workload, request_timeout_s=120)
+        .probe(
+            ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S),
+            index=STREAM,
+            slo=spec.slo,
+        )
+        .record
+    )
     with launch(settings_from_spec(loaded)) as sim:
         async with LoadGenerator(
             spec.engine, workload, base_url=sim.base_url, request_timeout_s=120, workers=1
         ) as gen:
-            real = await gen.probe(ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S), index=STREAM, slo=spec.slo)  # fmt: skip
+            real = await gen.probe(
+                ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S),
+                index=STREAM,
+                slo=spec.slo,
+            )
     assert not real.client_bound, real.client_bound_reasons
     assert real.window_requests == virtual.window_requests
     assert real.requests is not None

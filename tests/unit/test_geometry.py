@@ -246,7 +246,7 @@ def test_missing_key_names_file_and_key(tmp_path: Path):
 
 @pytest.mark.parametrize(
     ("content", "fragment"),
-    [("{not json", "not a JSON config.json"), ("[1, 2]", "must be a JSON object")],
+    [("{not json", "JSON syntax error"), ("[1, 2]", "must be a JSON object")],
 )
 def test_malformed_config(tmp_path: Path, content: str, fragment: str):
     path = tmp_path / "config.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -99,6 +100,7 @@ def test_full_inputs_meeting_the_policy_are_published():
                 r.model_copy(
                     update={
                         "quick": False,
+                        "spec": r.spec.model_copy(update={"measurement": full}),
                         "effective": full,
                         "accuracy": acc,
                         "probes": [*r.probes, extra],
@@ -346,6 +348,52 @@ def test_a_sim_run_that_says_it_is_real_is_refused():
     run = run.model_copy(update={"spec": spec, "simulated": False})
     with pytest.raises(ResultError, match="simulated is false, but the spec's engine.endpoint"):
         _report(run)
+
+
+@pytest.mark.parametrize(
+    ("environment", "because"),
+    [
+        (
+            {"engine_version": "tokenwatt-sim 0.1.0"},
+            "the engine identified itself as 'tokenwatt-sim 0.1.0'",
+        ),
+        (
+            {"gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3 (simulated)"}]},
+            "its GPUs are simulated ones",
+        ),
+    ],
+)
+def test_a_run_whose_engine_or_gpus_are_the_simulator_is_simulated(environment, because):
+    from tokenwatt.schema.run import Environment
+
+    run = _evidence_run(slo_pass=True)
+    env = Environment.model_validate({**run.environment.model_dump(), **environment})
+    run = run.model_copy(update={"environment": env, "simulated": False})
+    with pytest.raises(ResultError, match="simulated is false, but " + re.escape(because)):
+        _report(run)
+    assert any(v.rule == "simulated" for v in policy.check_run(run))
+
+
+def test_a_shortened_run_that_says_it_is_not_quick_is_refused():
+    run = _evidence_run(slo_pass=True)
+    short = run.effective.model_copy(update={"window_s": 10, "warmup_s": 3})
+    run = run.model_copy(update={"effective": short, "quick": False})
+    with pytest.raises(ResultError, match="quick is false, but the durations in force"):
+        _report(run)
+
+
+def test_a_result_whose_spec_is_the_simulator_is_simulated_whatever_its_flag(seed_path):
+    data = json.loads(seed_path.read_text(encoding="utf-8"))
+    data["spec"]["engine"]["endpoint"] = "sim"
+    data["simulated"] = False
+    from tokenwatt.schema.result import ResultFile
+
+    result = ResultFile.model_validate(data)
+    assert policy.result_is_simulated(result)
+    assert any(v.rule == "simulated" for v in policy.check_result(result))
+    data["spec"]["engine"]["endpoint"] = "http://127.0.0.1:8000/v1"
+    data["software"]["engine_version"] = "tokenwatt-sim 0.1.0"
+    assert policy.result_is_simulated(ResultFile.model_validate(data))
 
 
 def test_more_output_tokens_than_the_workload_asks_for_is_refused():

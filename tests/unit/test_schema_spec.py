@@ -110,3 +110,43 @@ def test_token_counts_take_a_number_or_a_distribution():
 def test_endpoint_trailing_slash_is_dropped():
     spec = factories.spec(engine={"endpoint": "http://h:1/v1/", "model": "m"})
     assert spec.engine.endpoint == "http://h:1/v1"
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "field"),
+    [
+        ("measurement", {"window_s": True}, "window_s"),
+        ("measurement", {"repeats": 3.0}, "repeats"),
+        ("measurement", {"warmup_s": "45"}, "warmup_s"),
+        ("sweep", {"early_stop": 1}, "early_stop"),
+        ("slo", {"ttft_p99_ms": False}, "ttft_p99_ms"),
+    ],
+)
+def test_scalars_are_strict(section, value, field):
+    """No coercion: ``window_s: true`` would otherwise be a one-second window."""
+    with pytest.raises(ValidationError) as info:
+        Spec.model_validate(factories.spec_dict(**{section: value}))
+    assert info.value.errors()[0]["loc"][:2] == (section, field)
+
+
+def test_an_integer_is_a_float_and_extra_body_must_be_finite():
+    spec = Spec.model_validate(factories.spec_dict(slo={"ttft_p99_ms": 1000, "tpot_p99_ms": 50}))
+    assert spec.slo.ttft_p99_ms == 1000.0
+    engine = {"model": "m", "extra_body": {"top_k": [1, float("nan")]}}
+    with pytest.raises(ValidationError, match=r"top_k\[1\] is NaN or infinite"):
+        Spec.model_validate(factories.spec_dict(engine=engine))
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "pointer"),
+    [
+        ("engine", {"model": "m", "endpoint": "http://user:pw@host/v1"}, "api_key_env"),
+        ("engine", {"model": "m", "endpoint": "https://tok@host:8000/v1"}, "api_key_env"),
+        ("power", {"source": "redfish", "url": "https://root:calvin@bmc"}, "password_env"),
+        ("power", {"source": "prometheus", "url": "http://a:b@dcgm:9400/metrics"}, "password_env"),
+    ],
+)
+def test_credentials_in_a_url_are_refused(section, value, pointer):
+    with pytest.raises(ValidationError, match=f"must not carry a user name or password.*{pointer}"):
+        Spec.model_validate(factories.spec_dict(**{section: value}))
+    assert "@" in str(value)

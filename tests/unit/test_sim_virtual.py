@@ -76,7 +76,11 @@ def test_same_seed_same_record_and_every_config_sees_the_same_schedule():
 
 def test_a_probe_over_the_slo_stops_early_on_a_certain_fail():
     spec, vs, workload = server()
-    stopped = vs.probe(ProbePlan(phase="search", rate_rps=18.0, warmup_s=5, window_s=30, early_stop=True), index=0, slo=spec.slo)  # fmt: skip
+    stopped = vs.probe(
+        ProbePlan(phase="search", rate_rps=18.0, warmup_s=5, window_s=30, early_stop=True),
+        index=0,
+        slo=spec.slo,
+    )
     stop = stopped.record.early_stop
     assert stop is not None
     assert stop.outcome == "fail"
@@ -95,7 +99,11 @@ def test_a_light_probe_stops_once_its_pass_is_certain():
         ProbePlan(phase="search", rate_rps=6.0, warmup_s=5, window_s=40), index=0, slo=spec.slo
     )
     spec, vs, _ = server()
-    certified = vs.probe(ProbePlan(phase="search", rate_rps=6.0, warmup_s=5, window_s=40, certify_pass=True), index=0, slo=spec.slo)  # fmt: skip
+    certified = vs.probe(
+        ProbePlan(phase="search", rate_rps=6.0, warmup_s=5, window_s=40, certify_pass=True),
+        index=0,
+        slo=spec.slo,
+    )
     assert full.record.slo_pass
     assert certified.record.slo_pass
     stop = certified.record.early_stop

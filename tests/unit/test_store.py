@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from tests import factories
 from tests.measure_cli import write_spec
 from tokenwatt import store
-from tokenwatt.errors import InputError, SpecError
+from tokenwatt.errors import InputError, SpecError, WriteError
 from tokenwatt.schema.spec import Spec
 
 
@@ -56,21 +57,48 @@ def test_a_crash_mid_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 
 
-def test_a_secret_value_is_never_written(tmp_path, monkeypatch):
+def test_a_secret_value_is_redacted_and_the_run_still_written(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TW_TEST_KEY", "sk-very-secret-123")
     spec = factories.spec(
         engine={
             "model": "m",
             "api_key_env": "TW_TEST_KEY",
-            "extra_body": {"oops": "sk-very-secret-123"},
+            "extra_body": {"oops": "key sk-very-secret-123 here"},
         }
     )
     path = tmp_path / "a.json"
-    with pytest.raises(InputError, match=r"\$TW_TEST_KEY") as info:
-        store.save_run(factories.run(spec=spec), path)
-    assert "sk-very-secret-123" not in str(info.value)
-    assert not path.exists()
-    assert list(tmp_path.iterdir()) == []
+    store.save_run(factories.run(spec=spec), path)
+    text = path.read_text()
+    assert "sk-very-secret-123" not in text
+    assert '"oops": "key REDACTED here"' in text
+    assert store.load_run(path).spec.engine.extra_body == {"oops": "key REDACTED here"}
+    assert "$TW_TEST_KEY" in caplog.text
+    assert "sk-very-secret-123" not in caplog.text
+
+
+@pytest.mark.parametrize("value", ["none", "1000", "aaaaaaaaaaaa", "abab"])
+def test_short_or_uniform_secret_values_are_not_matched(tmp_path, monkeypatch, value):
+    """A password such as ``none`` would otherwise match every "none" and 1000 in the run."""
+    monkeypatch.setenv("TW_TEST_PW", value)
+    spec = factories.spec(
+        engine={"model": "m", "extra_body": {"mode": "none", "n": 1000, "s": "aaaaaaaaaaaa"}},
+        power={"source": "ipmi", "host": "bmc", "username": "u", "password_env": "TW_TEST_PW"},
+    )
+    run = factories.run(spec=spec)
+    path = tmp_path / "a.json"
+    store.save_run(run, path)
+    assert store.load_run(path) == run
+
+
+def test_numbers_are_never_redacted(tmp_path, monkeypatch):
+    monkeypatch.setenv("TW_TEST_PW", "1234567890")
+    spec = factories.spec(
+        engine={"model": "m", "extra_body": {"seed": 1234567890}},
+        power={"source": "ipmi", "host": "bmc", "username": "u", "password_env": "TW_TEST_PW"},
+    )
+    path = tmp_path / "a.json"
+    store.save_run(factories.run(spec=spec), path)
+    assert store.load_run(path).spec.engine.extra_body == {"seed": 1234567890}
 
 
 def test_the_name_of_a_secret_is_written(tmp_path, monkeypatch):
@@ -83,11 +111,48 @@ def test_the_name_of_a_secret_is_written(tmp_path, monkeypatch):
     assert "sk-very-secret-123" not in text
 
 
-def test_unwritable_folder_is_an_input_error(tmp_path):
+def test_unwritable_folder_is_an_input_error_and_the_run_is_recovered(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENWATT_CACHE", str(tmp_path / "cache"))
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(InputError, match="cannot write"):
-        store.save_run(factories.run(), blocker / "a.json")
+    run = factories.run()
+    with pytest.raises(WriteError, match="cannot write") as info:
+        store.save_run(run, blocker / "a.json")
+    assert isinstance(info.value, InputError)
+    (recovered,) = (tmp_path / "cache" / "recovery").iterdir()
+    assert str(recovered) in str(info.value)
+    assert "move it into place" in str(info.value)
+    assert store.load_run(recovered) == run
+
+
+def test_a_full_disk_is_one_message_and_the_run_is_recovered(tmp_path, monkeypatch):
+    """``/dev/full`` is a real device that answers every write with ENOSPC."""
+    monkeypatch.setenv("TOKENWATT_CACHE", str(tmp_path / "cache"))
+    real_fdopen = os.fdopen
+    out = tmp_path / "runs"
+    out.mkdir()
+
+    def full_disk(fd: int, *args, **kwargs):
+        handle = real_fdopen(fd, *args, **kwargs)
+        if Path(f"/proc/self/fd/{fd}").readlink().parent == out:
+            full = os.open("/dev/full", os.O_WRONLY)
+            os.dup2(full, fd)
+            os.close(full)
+        return handle
+
+    monkeypatch.setattr(os, "fdopen", full_disk)
+    run = factories.run()
+    with pytest.raises(WriteError, match="no space left on the device") as info:
+        store.save_run(run, out / "a.json")
+    assert list(out.iterdir()) == []  # no half-written file, no temporary file
+    (recovered,) = (tmp_path / "cache" / "recovery").iterdir()
+    assert str(recovered) in str(info.value)
+    assert store.load_run(recovered) == run
+
+
+def test_a_folder_as_the_output_is_one_message(tmp_path):
+    with pytest.raises(WriteError, match="is a folder; name a file to write"):
+        store.atomic_write_text(tmp_path, "x")
 
 
 def test_bare_spec_name_is_found_in_specs(tmp_path, monkeypatch, repo):

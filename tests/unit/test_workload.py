@@ -210,6 +210,22 @@ def test_plain_jsonl_relative_to_the_spec(tmp_path, monkeypatch):
         ),
         ("g.txt", "1,2,3\n", "unknown trace format '.txt'"),
         ("h.jsonl", "\n", "holds no requests"),
+        (
+            "i.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\nnan,1,3\n",
+            "i.csv:2: TIMESTAMP is not a finite number: 'nan'",
+        ),
+        (
+            "j.csv",
+            'TIMESTAMP,ContextTokens,GeneratedTokens\n1,1,"' + "x" * 200_000 + '"\n',
+            "j.csv: not a readable CSV trace: field larger than field limit",
+        ),
+        ("k.jsonl", '{"t_s": NaN, "input_tokens": 1, "output_tokens": 2}\n', "k.jsonl:1: not JSON"),
+        (
+            "l.jsonl",
+            '{"input_tokens": 1' + "0" * 200 + ', "output_tokens": 2}\n',
+            "l.jsonl:1: not JSON: an integer of 201 digits",
+        ),
     ],
 )
 def test_bad_traces_name_file_line_and_field(tmp_path, name, content, message):

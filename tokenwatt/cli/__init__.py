@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tokenwatt import __version__
+from tokenwatt import __version__, redact
 from tokenwatt.cli import demo, measure, plan, report, schema, sim, suite, validate
 from tokenwatt.errors import TokenwattError
 
@@ -53,6 +53,7 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    redact.guard_handlers([handler])
     root.handlers[:] = [handler]
     # Third-party chatter stays out of the way unless asked for.
     for noisy in ("httpx", "httpcore", "asyncio", "uvicorn.access", "markdown_it", "PIL"):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -25,8 +27,8 @@ from rich.table import Table
 from rich.text import Text
 from typing_extensions import override
 
-from tokenwatt import store
-from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt import redact, store
+from tokenwatt.cli._common import err_console, escape, out_console, text_arg
 from tokenwatt.measure import TERMINATED, MeasureOptions, Progress, measure
 from tokenwatt.report import quote_arg
 from tokenwatt.schema.base import Role
@@ -60,15 +62,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--spec", required=True, help="spec file (a bare name is also looked up in specs/)"
     )
-    p.add_argument("--label", required=True, help="name of this configuration")
+    p.add_argument("--label", required=True, type=text_arg, help="name of this configuration")
     p.add_argument("--role", required=True, choices=get_args(Role))
     p.add_argument("--out", required=True, type=Path, help="run file to write")
-    p.add_argument("--description", help="label shown on the page (default: --label)")
+    p.add_argument(
+        "--description", type=text_arg, help="label shown on the page (default: --label)"
+    )
     p.add_argument(
         "--quick", action="store_true", help="short windows, one repeat: validation only"
     )
     p.add_argument("--no-accuracy", action="store_true", help="skip the accuracy check")
     p.add_argument("--json-log", action="store_true", help="one JSON object per event on stderr")
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing run file at --out (only a run)"
+    )
     p.set_defaults(handler=run)
 
 
@@ -341,24 +348,30 @@ def run(args: argparse.Namespace) -> int:
         description=args.description,
         quick=args.quick,
         no_accuracy=args.no_accuracy,
+        force=args.force,
     )
     err = err_console()
     if not getattr(args, "verbose", 0):
         # The progress display (or the JSON events) reports what tokenwatt's INFO log lines
         # would say, so they stay out of the way unless asked for with -v.
         logging.getLogger("tokenwatt").setLevel(logging.WARNING)
+    progress: Progress
     if args.json_log:
         # stderr carries one JSON object per line, log records included: a plain stream
         # handler even on a terminal (the rich one would frame each record with columns).
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonLogFormatter())
+        redact.guard_handlers([handler])
         logging.getLogger().handlers[:] = [handler]
-        result = asyncio.run(run_until_signal(measure(opts, JsonProgress(spec.slo))))
+        progress = JsonProgress(spec.slo)
     elif err.is_terminal:
-        with TerminalProgress(spec.slo, err) as progress:
-            result = asyncio.run(run_until_signal(measure(opts, progress)))
+        progress = TerminalProgress(spec.slo, err)
     else:
-        result = asyncio.run(run_until_signal(measure(opts, LogProgress(spec.slo, err))))
+        progress = LogProgress(spec.slo, err)
+    # The spec's secrets are known now: no log line may carry them (e.g. in a URL or a header).
+    redact.guard_handlers(logging.getLogger().handlers, redact.spec_secrets(spec, os.environ))
+    with progress if isinstance(progress, TerminalProgress) else contextlib.nullcontext():
+        result = asyncio.run(run_until_signal(measure(opts, progress)))
     out = out_console()
     outcome = result.outcome
     out.print(f"wrote {escape(str(args.out))}")

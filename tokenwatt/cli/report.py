@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tokenwatt import policy, store
-from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt.cli._common import err_console, escape, out_console, result_id_arg, text_arg
 from tokenwatt.compare import FLEET_CARDS
 from tokenwatt.errors import ResultError
 from tokenwatt.report import LoadedRun, build_result, report_command
@@ -33,8 +33,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         " against the variance band and the accuracy gate, and write one result.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run files (one baseline, <= 1 tuned)")
-    p.add_argument("--title", required=True, help="title of the result")
-    p.add_argument("--id", dest="result_id", help="result id (default: from the title)")
+    p.add_argument("--title", required=True, type=text_arg, help="title of the result")
+    p.add_argument(
+        "--id", dest="result_id", type=result_id_arg, help="result id (default: from the title)"
+    )
     p.add_argument("--out", help="result file to write (default: results/<id>.json)")
     p.add_argument(
         "--allow-mismatch",
@@ -49,12 +51,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="project the per-card difference onto N cards ('none': no projection;"
         f" default {FLEET_CARDS})",
     )
-    p.add_argument("--force", action="store_true", help="overwrite an existing result file")
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing result file (only a result)"
+    )
     p.set_defaults(handler=run)
+
+
+def _refuse_repeated_files(paths: list[str]) -> None:
+    """The same run file named twice (by any path) would count as two configurations."""
+    seen: dict[tuple[int, int], str] = {}
+    for given in paths:
+        try:
+            info = Path(given).stat()
+        except OSError:
+            continue  # loading it says what is wrong
+        key = (info.st_dev, info.st_ino)
+        if key in seen:
+            raise ResultError(
+                f"{given}: the same run file as {seen[key]}; each run may be given once"
+            )
+        seen[key] = given
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the runs, build the result, write it atomically."""
+    if args.out:
+        store.check_output(Path(args.out), kind="result", force=args.force)
+    _refuse_repeated_files(args.runs)
     loaded = [LoadedRun(path, store.load_run(Path(path))) for path in args.runs]
     command = report_command(
         args.runs,
@@ -73,8 +96,7 @@ def run(args: argparse.Namespace) -> int:
         fleet_cards=args.fleet_cards,
     )
     out = Path(args.out) if args.out else Path("results") / f"{result.id}.json"
-    if out.exists() and not args.force:
-        raise ResultError(f"{out}: already exists; choose another --id/--out, or pass --force")
+    store.check_output(out, kind="result", force=args.force)
     store.save_result(result, out)
     con, err = out_console(), err_console()
     con.print(f"wrote {escape(str(out))} (status: {result.status})")

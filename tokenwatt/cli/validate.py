@@ -8,6 +8,7 @@ from pathlib import Path
 from tokenwatt import policy, store
 from tokenwatt.cli._common import err_console, escape, out_console
 from tokenwatt.errors import InputError, PolicyError
+from tokenwatt.measure import check_spec_inputs
 from tokenwatt.schema.result import ResultFile
 from tokenwatt.schema.run import RunFile
 from tokenwatt.schema.spec import Spec
@@ -49,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             kind, model = store.load_any(path)
+            if kind == "spec":
+                check_spec_inputs(store.load_spec(path))
         except InputError as exc:
             invalid += 1
             err.print(f"[red]invalid[/red] {escape(str(exc))}")

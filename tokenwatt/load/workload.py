@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import json
 import logging
 import math
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ from typing import Literal
 
 import numpy as np
 
+from tokenwatt import bounded
 from tokenwatt.client.openai import GenerationRequest
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import arrival_offsets, trace_offsets
@@ -155,7 +155,7 @@ def _azure_time(text: str, where: str) -> dt.datetime:
 
 def _read_csv(path: Path) -> list[TraceRow]:
     rows: list[TraceRow] = []
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with bounded.open_text(path, error=SpecError) as handle:
         reader = csv.DictReader(handle)
         fields = {name.strip().lower(): name for name in reader.fieldnames or []}
         need = {"contexttokens", "generatedtokens"}
@@ -177,6 +177,8 @@ def _read_csv(path: Path) -> list[TraceRow]:
                     moment = _azure_time(raw, where)
                     origin = origin or moment
                     t_s = (moment - origin).total_seconds()
+                if not math.isfinite(t_s):
+                    raise SpecError(f"{where}: TIMESTAMP is not a finite number: {raw!r}")
             rows.append(
                 TraceRow(
                     t_s=t_s,
@@ -191,13 +193,13 @@ def _read_csv(path: Path) -> list[TraceRow]:
 
 def _read_jsonl(path: Path) -> list[TraceRow]:
     rows: list[TraceRow] = []
-    with path.open(encoding="utf-8") as handle:
+    with bounded.open_text(path, error=SpecError) as handle:
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             where = f"{path}:{line_no}"
             try:
-                obj = json.loads(line)
+                obj = bounded.parse_json_line(line)
             except ValueError as exc:
                 raise SpecError(f"{where}: not JSON: {exc}") from None
             if not isinstance(obj, dict):
@@ -232,8 +234,6 @@ def read_trace(path: Path) -> list[TraceRow]:
     Raises:
         SpecError: a missing or malformed file, naming the file, line and field.
     """
-    if not path.is_file():
-        raise SpecError(f"workload.trace: file not found: {path}")
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
@@ -245,8 +245,11 @@ def read_trace(path: Path) -> list[TraceRow]:
                 f"workload.trace: {path}: unknown trace format {suffix!r}"
                 " (use .csv for the Azure LLM trace, .jsonl for one request per line)"
             )
+    except csv.Error as exc:
+        # e.g. "field larger than field limit (131072)": a CSV that is not an Azure trace
+        raise SpecError(f"workload.trace: {path}: not a readable CSV trace: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"workload.trace: cannot read {path}: {exc}") from exc
+        raise SpecError(f"workload.trace: cannot read {path}: {exc}") from None
     if not rows:
         raise SpecError(f"workload.trace: {path} holds no requests")
     return rows

@@ -368,9 +368,7 @@ class ResultView:
 
 def result_view(result: ResultFile, *, source: str) -> ResultView:
     """Recompute publishability and the derived figures of a result."""
-    simulated = bool(result.simulated) or any(
-        c.measurement is not None and c.measurement.simulated for c in result.configs
-    )
+    simulated = policy.result_is_simulated(result)
     return ResultView(
         result=result,
         source=source,

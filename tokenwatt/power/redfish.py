@@ -20,6 +20,10 @@ and sends the ``X-Auth-Token``, logging in again if the token expires; ``auth: b
 both on every request; unset tries a session and falls back to basic when the BMC hands out no
 token. The password and the token never reach a log, a file or an error message.
 
+The session is deleted on every way out of the run (end, error, Ctrl-C, SIGTERM), with a short
+timeout; only a SIGKILL leaves it to the BMC's own session timeout. A password that would go
+over plain ``http://`` or to an unverified certificate is warned about loudly.
+
 TLS: ``verify_tls: false`` accepts any certificate (BMCs usually have self-signed ones);
 ``true`` checks it against the system store, or the CA bundle in ``SSL_CERT_FILE`` when set.
 Proxy variables are ignored: a BMC sits on a management network.
@@ -49,6 +53,8 @@ __all__ = ["RedfishSource"]
 logger = logging.getLogger(__name__)
 
 _SERVICE_ROOT = "/redfish/v1/"
+_LOGOUT_TIMEOUT_S = 2.0
+"""Longest wait for the BMC to end the session at exit (a dead BMC must not hold up the exit)."""
 
 
 def _link(body: Any, key: str) -> str | None:
@@ -124,6 +130,27 @@ class RedfishSource(PowerSource):
         self._kind = ""
         self._control_id: Any = None
         self.chassis_path: str | None = None
+        if password:
+            self._warn_if_exposed(parts.scheme)
+
+    def _warn_if_exposed(self, scheme: str) -> None:
+        """Say loudly when the BMC password could be read on its way."""
+        if scheme == "http":
+            logger.warning(
+                "INSECURE: the BMC password ($%s) for user %r goes to %s over plain http://:"
+                " anyone on the network path can read it; use the BMC's https:// URL",
+                self._password_env,
+                self.username,
+                self.root_url,
+            )
+        elif not self.verify_tls:
+            logger.warning(
+                "INSECURE: the BMC's TLS certificate is not verified (power.verify_tls: false):"
+                " a man in the middle at %s could read the password ($%s); set verify_tls: true"
+                " and put the BMC's CA in SSL_CERT_FILE",
+                self.root_url,
+                self._password_env,
+            )
 
     @classmethod
     def from_spec(cls, spec: PowerSpec, context: BuildContext) -> RedfishSource:
@@ -258,7 +285,8 @@ class RedfishSource(PowerSource):
             self.chassis_path, chassis = self._find_chassis(collection)
             self._choose_reading(chassis)
             self.read()
-        except PowerError:
+        except BaseException:
+            # Every way out (an error, Ctrl-C, SIGTERM's cancellation) ends the session.
             self.close()
             raise
         logger.info("Redfish power: %s", self.description)
@@ -395,11 +423,18 @@ class RedfishSource(PowerSource):
         """End the session (if any) and close the connection."""
         if self._client is None:
             return
-        if self._token is not None and self._session_url:
-            try:
-                self._send("DELETE", self._session_url)
-            except PowerError as exc:
-                logger.debug("closing the Redfish session failed: %s", exc)
-        self._token = None
-        self._client.close()
-        self._client = None
+        try:
+            if self._token is not None and self._session_url:
+                try:
+                    self._send("DELETE", self._session_url, timeout=_LOGOUT_TIMEOUT_S)
+                except PowerError as exc:
+                    logger.warning(
+                        "the Redfish session at %s could not be closed (%s): the BMC ends it"
+                        " when it times out",
+                        self._session_url,
+                        exc,
+                    )
+        finally:
+            self._token = None
+            self._client.close()
+            self._client = None

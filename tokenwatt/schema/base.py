@@ -10,18 +10,23 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 __all__ = [
     "RUN_KIND",
     "SCHEMA_VERSION",
+    "SIM_ENGINE",
     "EnvVarName",
     "KvDtype",
     "Num",
     "Pct",
     "PowerSourceName",
     "Role",
+    "StrictInputModel",
     "StrictModel",
     "WeightDtype",
 ]
 
 SCHEMA_VERSION = 1
 """Version of the run and result file formats this tokenwatt writes and reads (absent = 1)."""
+
+SIM_ENGINE = "tokenwatt-sim"
+"""How the embedded simulator names itself (``/version``'s ``engine``, the start of its version)."""
 
 RUN_KIND = "tokenwatt-run"
 """Value of the ``kind`` key that marks a run file."""
@@ -37,6 +42,17 @@ class StrictModel(BaseModel):
         validate_default=True,
         populate_by_name=False,
     )
+
+
+class StrictInputModel(StrictModel):
+    """Base of the models a user writes (the spec): no type coercion at all.
+
+    Pydantic's default (lax) mode turns ``true`` into 1, ``"5"`` into 5 and ``2.0`` into 2, so
+    ``window_s: true`` would become a one-second window. Here a number must be written as a
+    number (an integer is accepted where a float is meant) and a boolean as a boolean.
+    """
+
+    model_config = ConfigDict(strict=True)
 
 
 Num = int | float

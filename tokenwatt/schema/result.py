@@ -17,6 +17,8 @@ from tokenwatt.schema.limits import impossible_in_result
 from tokenwatt.schema.spec import Spec
 
 __all__ = [
+    "RESULT_ID_MAX_CHARS",
+    "RESULT_ID_PATTERN",
     "CapacityFitSummary",
     "ConfigAccuracy",
     "ConfigAudits",
@@ -39,6 +41,12 @@ __all__ = [
     "Verdict",
     "VerdictOutcome",
 ]
+
+RESULT_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+"""A result id: lower-case letters, digits, ``.``, ``_`` and ``-``; it names ``results/<id>.json``
+and the page, so it can hold no path."""
+
+RESULT_ID_MAX_CHARS = 200
 
 NonNeg = Annotated[float, Field(ge=0)]
 Percent = Annotated[float, Field(gt=0, le=100)]
@@ -507,7 +515,7 @@ class Verdict(StrictModel):
 class ResultFile(StrictModel):
     """A whole result file (results/<id>.json)."""
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=200)
+    id: str = Field(pattern=RESULT_ID_PATTERN, max_length=RESULT_ID_MAX_CHARS)
     status: Literal["draft", "published"]
     title: str = Field(min_length=1)
     published: dt.date | None = Field(description="Date of the measurement (YYYY-MM-DD)")

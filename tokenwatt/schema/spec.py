@@ -14,11 +14,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from tokenwatt.bounded import finite_numbers_only
 from tokenwatt.schema.base import (
     EnvVarName,
     KvDtype,
     Num,
     PowerSourceName,
+    StrictInputModel,
     StrictModel,
     WeightDtype,
 )
@@ -51,13 +53,32 @@ _MAX_RPS = 1_000_000.0
 _MAX_SECONDS = 7 * 24 * 3600.0
 _MAX_TOKENS = 10_000_000
 
+_HTTP_URL = re.compile(r"https?://[^\s/]+(/\S*)?")
+
+
+def _without_credentials(url: str, *, secret_field: str) -> str:
+    """Refuse a URL with a user name or password in it: it would be written into every file.
+
+    A run records its spec, a result its runs, and the page and search index show both; a
+    password in ``http://user:pass@host`` would be published with them.
+    """
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in authority:
+        raise ValueError(
+            "must not carry a user name or password (user:password@host): the URL is written"
+            f" into the run, the result and the page; give the secret through {secret_field}"
+            " (the name of an environment variable) instead"
+        )
+    return url
+
+
 Seconds = Annotated[Num, Field(ge=0, le=_MAX_SECONDS)]
 PositiveSeconds = Annotated[Num, Field(gt=0, le=_MAX_SECONDS)]
 Rate = Annotated[Num, Field(gt=0, le=_MAX_RPS)]
 Tokens = Annotated[int, Field(ge=1, le=_MAX_TOKENS)]
 
 
-class HardwareSpec(StrictModel):
+class HardwareSpec(StrictInputModel):
     """The box under test. Most of it is read from the machine; what is set here wins."""
 
     adapter: Literal["nvidia", "amd", "none"] = Field(
@@ -85,7 +106,7 @@ class HardwareSpec(StrictModel):
         return value
 
 
-class SimSpec(StrictModel):
+class SimSpec(StrictInputModel):
     """Settings of the embedded simulator, used when ``engine.endpoint`` is ``sim``."""
 
     gpu: str = Field(default="h100-sxm", description="GPU preset to simulate (see tokenwatt sim)")
@@ -117,7 +138,7 @@ class SimSpec(StrictModel):
     )
 
 
-class EngineSpec(StrictModel):
+class EngineSpec(StrictInputModel):
     """The OpenAI-compatible server under test."""
 
     endpoint: str = Field(
@@ -156,12 +177,21 @@ class EngineSpec(StrictModel):
     def _endpoint(cls, value: str) -> str:
         if value == "sim":
             return value
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        if not _HTTP_URL.fullmatch(value):
             raise ValueError(
                 "must be an http(s) URL such as http://127.0.0.1:8000/v1, or 'sim' for the"
                 " embedded simulator"
             )
-        return value.rstrip("/")
+        return _without_credentials(value, secret_field="engine.api_key_env").rstrip("/")
+
+    @field_validator("extra_body")
+    @classmethod
+    def _finite_extra_body(cls, value: dict[str, Any]) -> dict[str, Any]:
+        where = finite_numbers_only(value)
+        if where is not None:
+            # JSON has no NaN or infinity: the request body would carry null instead.
+            raise ValueError(f"{where} is NaN or infinite, which a JSON request cannot carry")
+        return value
 
     @model_validator(mode="after")
     def _launch_without_secrets(self) -> EngineSpec:
@@ -181,7 +211,7 @@ class EngineSpec(StrictModel):
         return self
 
 
-class GeometryOverrides(StrictModel):
+class GeometryOverrides(StrictInputModel):
     """Model-geometry values that replace those read from ``config.json`` (all optional)."""
 
     num_hidden_layers: Annotated[int, Field(ge=1)] | None = None
@@ -203,7 +233,7 @@ class GeometryOverrides(StrictModel):
     tie_word_embeddings: bool | None = None
 
 
-class ModelSpec(StrictModel):
+class ModelSpec(StrictInputModel):
     """The model being served and how it is stored."""
 
     name: str = Field(min_length=1, description="Display name of the model")
@@ -241,7 +271,7 @@ class ModelSpec(StrictModel):
         )
 
 
-class SloSpec(StrictModel):
+class SloSpec(StrictInputModel):
     """The latency objective a probe must meet, over its window requests."""
 
     ttft_p99_ms: Annotated[float, Field(gt=0, le=_MAX_SECONDS * 1000)] = Field(
@@ -252,14 +282,14 @@ class SloSpec(StrictModel):
     )
 
 
-class FixedTokens(StrictModel):
+class FixedTokens(StrictInputModel):
     """Every request has the same token count."""
 
     dist: Literal["fixed"] = "fixed"
     value: Tokens = Field(description="Token count")
 
 
-class UniformTokens(StrictModel):
+class UniformTokens(StrictInputModel):
     """Token counts drawn uniformly from [min, max]."""
 
     dist: Literal["uniform"] = "uniform"
@@ -273,7 +303,7 @@ class UniformTokens(StrictModel):
         return self
 
 
-class LognormalTokens(StrictModel):
+class LognormalTokens(StrictInputModel):
     """Token counts from a log-normal fitted to a median and a 90th percentile, clipped."""
 
     dist: Literal["lognormal"] = "lognormal"
@@ -297,7 +327,7 @@ TokenCount = Annotated[
 ]
 
 
-class ArrivalSpec(StrictModel):
+class ArrivalSpec(StrictInputModel):
     """How request arrival times are drawn at a target rate."""
 
     process: Literal["poisson", "gamma", "constant", "trace"] = Field(
@@ -323,7 +353,7 @@ BUILTIN_WORKLOADS: tuple[str, ...] = ("chat-mix-v1",)
 """Workload names that are built in; any other ``workload.trace`` names a trace file."""
 
 
-class WorkloadSpec(StrictModel):
+class WorkloadSpec(StrictInputModel):
     """Which requests to send: prompt and output lengths, and arrivals."""
 
     trace: str = Field(
@@ -344,7 +374,7 @@ class WorkloadSpec(StrictModel):
     arrival: ArrivalSpec = Field(default_factory=ArrivalSpec, description="Arrival process")
 
 
-class MeasurementSpec(StrictModel):
+class MeasurementSpec(StrictInputModel):
     """Durations and limits of each probe."""
 
     warmup_s: Seconds = Field(default=45, description="Warm-up before each window, s")
@@ -367,7 +397,7 @@ SweepStrategy = Literal["bisect", "adaptive"]
 narrow the SLO-capacity interval most (methodology, "Sweep")."""
 
 
-class SweepSpec(StrictModel):
+class SweepSpec(StrictInputModel):
     """How the request rate is searched for the SLO boundary (methodology, "Sweep")."""
 
     strategy: SweepStrategy = Field(
@@ -425,7 +455,7 @@ class SweepSpec(StrictModel):
         return self
 
 
-class AccuracySpec(StrictModel):
+class AccuracySpec(StrictInputModel):
     """The accuracy gate (methodology page, "Accuracy gate")."""
 
     suite: str = Field(
@@ -458,7 +488,7 @@ class AccuracySpec(StrictModel):
     )
 
 
-class PowerSpec(StrictModel):
+class PowerSpec(StrictInputModel):
     """Where power is read from (methodology page, "Power and energy")."""
 
     source: PowerSourceName = Field(default="board", description="Power source")
@@ -496,9 +526,11 @@ class PowerSpec(StrictModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        if value is None:
+            return value
+        if not _HTTP_URL.fullmatch(value):
             raise ValueError("must be an http(s) URL")
-        return value
+        return _without_credentials(value, secret_field="power.username and power.password_env")
 
     @model_validator(mode="after")
     def _fields_for_source(self) -> PowerSpec:
@@ -535,7 +567,7 @@ class PowerSpec(StrictModel):
         return self
 
 
-class Spec(StrictModel):
+class Spec(StrictInputModel):
     """A whole spec file: one configuration to measure."""
 
     name: str = Field(

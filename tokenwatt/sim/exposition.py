@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tokenwatt import __version__
+from tokenwatt.schema.base import SIM_ENGINE
 from tokenwatt.sim.engine import EngineCore
 from tokenwatt.sim.metrics import MetricsWriter
 
 __all__ = ["SIM_VERSION", "render_metrics"]
 
-SIM_VERSION = f"tokenwatt-sim {__version__}"
+SIM_VERSION = f"{SIM_ENGINE} {__version__}"
 """What ``/version`` and ``tokenwatt_sim_info`` report: never a real engine's version."""
 
 

@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from tokenwatt import __version__
 from tokenwatt.errors import EndpointError
+from tokenwatt.schema.base import SIM_ENGINE
 from tokenwatt.sim.api import (
     ApiError,
     ChatRequest,
@@ -47,7 +48,7 @@ __all__ = ["SIM_VERSION", "SimApp", "serve"]
 
 logger = logging.getLogger(__name__)
 
-_FINGERPRINT = f"tokenwatt-sim-{__version__}"
+_FINGERPRINT = f"{SIM_ENGINE}-{__version__}"
 
 
 class _Stream:
@@ -155,7 +156,7 @@ class SimApp:
             {
                 "version": SIM_VERSION,
                 "simulated": True,
-                "engine": "tokenwatt-sim",
+                "engine": SIM_ENGINE,
                 "gpu": self.config.gpu.name,
                 "gpus": self.config.tensor_parallel,
                 "model": g.name,

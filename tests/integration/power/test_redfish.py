@@ -262,3 +262,85 @@ def test_unreachable_bmc_is_a_setup_error(start_redfish):
     peer.stop()
     with pytest.raises(PowerError, match="cannot reach the BMC at https://127.0.0.1"):
         RedfishSource(url=peer.url).open()
+
+
+# -- hardening: the session token in debug logs, sessions ended on every way out, loud warnings ----
+
+
+def _debug_log(records_from, *, redacting: bool) -> str:
+    """What a -vv run's log handler writes while ``records_from`` runs (httpx, httpcore too)."""
+    import io
+
+    from tokenwatt.redact import guard_handlers
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.DEBUG)
+    if redacting:
+        guard_handlers([handler], [("TW_BMC_PASS", SECRET)])
+    root = logging.getLogger()
+    old_level, old_handlers = root.level, list(root.handlers)
+    loggers = [logging.getLogger(n) for n in ("httpx", "httpcore")]
+    old = [lg.level for lg in loggers]
+    # Only this handler: another redacting one (left by a CLI test) rewrites the shared record.
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG)
+    for lg in loggers:
+        lg.setLevel(logging.DEBUG)
+    try:
+        records_from()
+    finally:
+        root.handlers[:] = old_handlers
+        root.setLevel(old_level)
+        for lg, level in zip(loggers, old, strict=True):
+            lg.setLevel(level)
+    return stream.getvalue()
+
+
+def test_the_session_token_never_reaches_a_debug_log(start_redfish):
+    peer = start_redfish(server="nginx", password=SECRET)
+
+    def session() -> None:
+        with redfish(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET}) as source:
+            source.read()
+
+    # Without the filter httpcore's debug log carries the token (the leak the filter stops) ...
+    assert "tw-session-token-1" in _debug_log(session, redacting=False)
+    # ... and with it, neither the token nor the password.
+    text = _debug_log(session, redacting=True)
+    assert "X-Auth-Token" in text
+    assert "tw-session-token-1" not in text
+    assert SECRET not in text
+
+
+def test_a_session_is_deleted_when_open_is_interrupted(start_redfish, monkeypatch):
+    peer = start_redfish(server="nginx", password=SECRET)
+    source = redfish(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET})
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(source, "_find_chassis", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        source.open()
+    access = (peer.dir / "nginx" / "access.log").read_text()
+    assert '"DELETE /redfish/v1/SessionService/Sessions/1' in access
+    assert source._client is None
+
+
+def test_a_password_over_plain_http_or_unverified_tls_is_warned_about(caplog):
+    env = {"TW_BMC_PASS": SECRET}
+    with caplog.at_level(logging.WARNING):
+        redfish(creds("http://bmc.example:8000"), env=env)
+    assert "INSECURE" in caplog.text
+    assert "plain http://" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        redfish(creds("https://bmc.example", verify_tls=False), env=env)
+    assert "certificate is not verified" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        redfish(creds("https://bmc.example", verify_tls=True), env=env)
+        redfish(spec("http://bmc.example"), env={})  # no password: nothing to expose
+    assert "INSECURE" not in caplog.text
+    assert SECRET not in caplog.text
