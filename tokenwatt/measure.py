@@ -5,7 +5,8 @@ energy, MBU, accuracy) and is only called from here. Order of work:
 
 1. **Pre-flight**, before any load: the output path is writable; the simulator is started if
    the spec asks for it; the endpoint answers and serves ``engine.model``; its version is read
-   and compared with ``engine.version``; the GPU inventory is read; the power source opens.
+   and compared with ``engine.version``; the engine's own configuration is read
+   (:mod:`tokenwatt.engine_config`); the GPU inventory is read; the power source opens.
    Each failure is one clear message and exit status 2, with nothing written.
 2. **Accuracy** (unless skipped): a broken endpoint is found before the long sweep.
 3. **Sweep** (:mod:`tokenwatt.sweep`): every probe is kept, with its window requests.
@@ -33,6 +34,7 @@ from typing import Protocol
 from tokenwatt import energy, provenance
 from tokenwatt.accuracy import accuracy_evidence, load_suite, run_accuracy
 from tokenwatt.client.openai import OpenAIClient
+from tokenwatt.engine_config import read_engine_config
 from tokenwatt.errors import EndpointError, InputError, Interrupted, TokenwattError
 from tokenwatt.figures import outcome_figures, search_phases
 from tokenwatt.geometry import ModelGeometry, geometry_for_spec
@@ -45,6 +47,7 @@ from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
 from tokenwatt.power import sampler_for_spec
 from tokenwatt.power.sampler import PowerSampler
 from tokenwatt.schema.base import Role
+from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.run import (
     AccuracyEvidence,
     AccuracyItem,
@@ -236,6 +239,7 @@ class _State:
     started: dt.datetime
     engine_version: str | None = None
     engine_version_source: str | None = None
+    engine_config: EngineConfig | None = None
     simulated: bool = False
     """The server is a simulator: the spec's ``sim`` endpoint, or one that says so on /version."""
     driver: str | None = None
@@ -303,6 +307,7 @@ def _run_file(
             python=provenance.python_version(),
             engine_version=state.engine_version,
             engine_version_source=state.engine_version_source,
+            engine_config=state.engine_config,
             driver=state.driver,
             gpus=state.gpus,
             spec_sha256=provenance.sha256_file(opts.spec.path),
@@ -318,7 +323,7 @@ def _run_file(
 
 
 async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | None:
-    """Check the endpoint; return its context length if it reports one."""
+    """Check the endpoint and read its configuration; return its context length if told."""
     where = client.base_url
     try:
         models = await client.models()
@@ -346,7 +351,9 @@ async def _preflight(client: OpenAIClient, spec: Spec, state: _State) -> int | N
         )
     if expected is not None and version is None:
         logger.warning("engine version not reported (%s); the spec says %s", source, expected)
-    return await client.max_model_len(spec.engine.model)
+    max_model_len = await client.max_model_len(spec.engine.model)
+    state.engine_config = await read_engine_config(client, max_model_len=max_model_len)
+    return max_model_len
 
 
 async def _engine_metrics(client: OpenAIClient) -> str | None:

@@ -317,6 +317,11 @@ def _config(
         engine_telemetry=figures.telemetry,
         audits=figures.audits,
         power_validity=figures.power_validity,
+        engine_version=run.environment.engine_version,
+        engine_config=run.environment.engine_config,
+        spec_path=run.spec_path,
+        spec_sha256=run.environment.spec_sha256,
+        spec=filled(run.spec),
     )
 
 

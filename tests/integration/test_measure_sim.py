@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -50,7 +51,9 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
         text=True,
         timeout=600,  # a hang guard (see tests.measure_cli.run_measure), not a speed limit
         check=False,
-        env={"PATH": env_path, "HOME": str(tmp_path)},
+        # a bare environment, except for the checkout under test where PYTHONPATH names one
+        env={"PATH": env_path, "HOME": str(tmp_path)}
+        | {k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"wrote {out}" in done.stdout
@@ -76,6 +79,13 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
     assert env.engine_version is not None
     assert env.engine_version.startswith("tokenwatt-sim")
     assert env.engine_version_source == "GET /version"
+    # the engine's own configuration, read in pre-flight (the simulator copies vLLM's gauge)
+    reported = env.engine_config
+    assert reported is not None
+    assert reported.metrics_source == "GET /metrics"
+    assert reported.max_model_len is not None
+    assert [g.name for g in reported.info] == ["vllm:cache_config_info"]
+    assert reported.info[0].labels["enable_prefix_caching"] == "False"
     assert env.spec_sha256 == hashlib.sha256((repo / SPEC).read_bytes()).hexdigest()
     assert env.gpus
     assert all("(simulated)" in g.name for g in env.gpus)

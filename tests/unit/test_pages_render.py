@@ -12,12 +12,15 @@ from tests.result_factories import full_mode_data, hostile_data, seed_data
 from tokenwatt.pages.render import (
     fmt_number,
     index_sections,
+    launch_changes,
     make_environment,
     md_escape,
     render_result,
     result_view,
+    spec_changes,
 )
 from tokenwatt.schema.result import ResultFile
+from tokenwatt.schema.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -200,3 +203,45 @@ def test_hostile_page_has_no_markup_from_the_file(seed_path):
     assert "](javascript" not in text
     assert "{:" not in text
     assert "&#60;script&#62;alert(&#39;label&#39;)&#60;/script&#62;" in text
+
+
+def test_spec_changes_name_each_setting_that_differs(seed_path):
+    base = Spec.model_validate(seed_data(seed_path)["spec"])
+    data = copy.deepcopy(seed_data(seed_path)["spec"])
+    data["engine"]["kernels"] = "tuned"
+    data["measurement"]["repeats"] = 5
+    other = Spec.model_validate(data)
+    assert spec_changes(base, base) == ()
+    assert spec_changes(base, other) == (
+        'engine.kernels: "vllm/vllm-openai:latest" \u2192 "tuned"',
+        "measurement.repeats: 2 \u2192 5",
+    )
+
+
+def test_page_shows_each_configs_spec_and_what_tuned_changed(seed_path):
+    view = result_view(ResultFile.model_validate(full_mode_data(seed_path)), source="r.json")
+    tuned = next(v for v in view.configs if v.config.key == "tuned")
+    assert tuned.spec_changes is not None
+    assert [c.split(":")[0] for c in tuned.spec_changes] == ["engine.kernels", "engine.launch"]
+    assert tuned.launch_changes == (
+        "+ VLLM_TUNED_CONFIG_FOLDER=/configs/moe",
+        "+ --gpu-memory-utilization 0.95",
+    )
+    text = render_result(
+        view, env=make_environment(Path(__file__).parents[2] / "templates"), draw=lambda c, i: ""
+    )
+    assert text.count('<details class="tw-spec">') == 3
+    assert "specs/h100-tuned.spec.yaml" in text
+    assert "b2" * 32 in text
+
+
+def test_launch_changes_show_the_arguments_dropped_and_added():
+    assert launch_changes("vllm serve m --block-size 16", "vllm serve m --block-size 16") == ()
+    assert launch_changes(
+        "vllm serve m --no-enable-prefix-caching --block-size 16",
+        "vllm serve m --block-size 32 --enable-chunked-prefill",
+    ) == (
+        "- --no-enable-prefix-caching",
+        "- 16",
+        "+ 32 --enable-chunked-prefill",
+    )

@@ -433,3 +433,24 @@ def test_runs_share_streams_only_with_the_same_workload_and_seed():
     )
     assert share_streams([base, same])
     assert not share_streams([base, same, reseeded])
+
+
+def test_each_config_carries_its_own_spec_and_its_hash():
+    runs = factories.seed_runs()
+    tuned = runs[1]
+    engine = tuned.spec.engine.model_copy(update={"kernels": "tuned fused-MoE configs"})
+    runs[1] = tuned.model_copy(
+        update={
+            "spec": tuned.spec.model_copy(update={"engine": engine}),
+            "spec_path": "specs/tuned.spec.yaml",
+            "environment": tuned.environment.model_copy(update={"spec_sha256": "c3" * 32}),
+        }
+    )
+    result = make(runs)
+    by_key = {c.key: c for c in result.configs}
+    assert by_key["tuned"].spec is not None
+    assert by_key["tuned"].spec.engine.kernels == "tuned fused-MoE configs"
+    assert by_key["tuned"].spec_sha256 == "c3" * 32
+    assert by_key["tuned"].spec_path == "specs/tuned.spec.yaml"
+    assert by_key["baseline"].spec == result.spec
+    assert by_key["baseline"].spec_sha256 == runs[0].environment.spec_sha256

@@ -415,6 +415,23 @@ class OpenAIClient:
         payload = await self._root_json("/version")
         return isinstance(payload, dict) and payload.get("simulated") is True
 
+    async def metrics_text(self) -> tuple[str | None, str]:
+        """The engine's Prometheus page (``GET /metrics``) and how it was read.
+
+        Returns:
+            (text, source): text None when the route did not answer 200, and source then says
+            why (the server may not expose metrics; nothing is an error here).
+        """
+        url = f"{self.root_url}/metrics"
+        try:
+            response = await self._open().get(url, timeout=10.0)
+        except httpx.HTTPError as exc:
+            logger.debug("GET %s failed: %r", url, exc)
+            return None, f"not reported (GET /metrics failed: {type(exc).__name__})"
+        if response.status_code != 200:
+            return None, f"not reported (GET /metrics answered HTTP {response.status_code})"
+        return response.text, "GET /metrics"
+
     async def _root_json(self, path: str) -> Any:
         """The JSON a server-root route answers with, or None (no answer, not 200, not JSON)."""
         try:

@@ -13,9 +13,11 @@ published ones, whatever its status says.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
+import shlex
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +29,9 @@ from markupsafe import Markup
 
 from tokenwatt import compare, policy
 from tokenwatt.pages import charts as charts_mod
+from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.result import ConfigResult, ResultFile
+from tokenwatt.schema.spec import Spec
 
 __all__ = [
     "ConfigView",
@@ -35,14 +39,17 @@ __all__ = [
     "ResultView",
     "SectionKey",
     "SvgDrawer",
+    "engine_changes",
     "fmt_number",
     "index_sections",
+    "launch_changes",
     "make_environment",
     "md_escape",
     "render_index",
     "render_result",
     "result_page_uri",
     "result_view",
+    "spec_changes",
 ]
 
 SectionKey = Literal["published", "unpublished", "simulated"]
@@ -153,6 +160,92 @@ class ConfigView:
     tokens_per_joule_delta_pct: float | None
     capacity_bound: str | None = None
     """What is known of the SLO capacity when there is no estimate, in words."""
+    spec_json: str | None = None
+    """The config's own spec as JSON (None: the result file does not carry it)."""
+    spec_changes: tuple[str, ...] | None = None
+    """How its spec differs from the baseline's (None: not comparable, or the baseline)."""
+    launch_changes: tuple[str, ...] | None = None
+    """The arguments its launch command adds or drops against the baseline's (None: either has
+    no launch command recorded, or this is the baseline)."""
+    engine_changes: tuple[str, ...] | None = None
+    """How the engine's reported configuration differs from the baseline's (None: either is
+    not measured, or this is the baseline)."""
+
+
+def _spec_json(spec: Spec) -> str:
+    return json.dumps(
+        spec.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False
+    )
+
+
+def _leaves(value: object, prefix: str) -> dict[str, object]:
+    """Every scalar or list of a JSON value, by dotted path (lists count as one value)."""
+    if isinstance(value, dict) and value:
+        out: dict[str, object] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def spec_changes(baseline: Spec, other: Spec) -> tuple[str, ...]:
+    """Each setting of ``other`` that differs from ``baseline``: ``path: old → new``.
+
+    Compared as the full specs dump them (defaults included), so a setting written out in one
+    file and left to its default in the other is no difference.
+    """
+    return _changes(baseline.model_dump(mode="json"), other.model_dump(mode="json"))
+
+
+def _engine_settings(config: EngineConfig) -> dict[str, object]:
+    settings: dict[str, object] = {"max_model_len": config.max_model_len}
+    for gauge in config.info:
+        key = gauge.name
+        n = 2
+        while key in settings:
+            key, n = f"{gauge.name}#{n}", n + 1
+        settings[key] = dict(gauge.labels)
+    return settings
+
+
+def engine_changes(baseline: EngineConfig, other: EngineConfig) -> tuple[str, ...]:
+    """Each reported engine setting of ``other`` that differs from ``baseline``'s."""
+    return _changes(_engine_settings(baseline), _engine_settings(other))
+
+
+def launch_changes(baseline: str, other: str) -> tuple[str, ...]:
+    """The arguments ``other`` drops (``- ...``) and adds (``+ ...``) against ``baseline``."""
+    old, new = shlex.split(baseline), shlex.split(other)
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            out.append("- " + shlex.join(old[i1:i2]))
+        if tag in ("replace", "insert"):
+            out.append("+ " + shlex.join(new[j1:j2]))
+    return tuple(out)
+
+
+def _launch(config: ConfigResult) -> str | None:
+    return config.spec.engine.launch if config.spec is not None else None
+
+
+def _changes(old_json: object, new_json: object) -> tuple[str, ...]:
+    old = _leaves(old_json, "")
+    new = _leaves(new_json, "")
+    missing = "(absent)"
+    return tuple(
+        f"{path}: {json.dumps(old.get(path, missing), ensure_ascii=False)}"
+        f" → {json.dumps(new.get(path, missing), ensure_ascii=False)}"
+        for path in sorted(old.keys() | new.keys())
+        if old.get(path, missing) != new.get(path, missing)
+    )
+
+
+def _launch_changes(baseline: str | None, other: str | None) -> tuple[str, ...] | None:
+    if baseline is None or other is None:
+        return None
+    return launch_changes(baseline, other)
 
 
 def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
@@ -190,6 +283,19 @@ def _config_views(result: ResultFile) -> tuple[ConfigView, ...]:
                 tokens_per_joule_computed=value_computed,
                 tokens_per_joule_delta_pct=None if is_base else _pct_change(value, base_tpj),
                 capacity_bound=_capacity_bound(config),
+                spec_json=_spec_json(config.spec) if config.spec is not None else None,
+                spec_changes=None
+                if is_base or baseline is None or baseline.spec is None or config.spec is None
+                else spec_changes(baseline.spec, config.spec),
+                launch_changes=None
+                if is_base or baseline is None
+                else _launch_changes(_launch(baseline), _launch(config)),
+                engine_changes=None
+                if is_base
+                or baseline is None
+                or baseline.engine_config is None
+                or config.engine_config is None
+                else engine_changes(baseline.engine_config, config.engine_config),
             )
         )
     return tuple(views)
@@ -363,9 +469,7 @@ def render_result(view: ResultView, *, env: jinja2.Environment, draw: SvgDrawer 
         (chart, Markup(draw(chart, f"tw-{view.result.id}-{chart.key}")))
         for chart in charts_mod.charts_for(view.result)
     ]
-    spec_json = json.dumps(
-        view.result.spec.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False
-    )
+    spec_json = _spec_json(view.result.spec)
     return env.get_template("result.md.j2").render(
         view=view,
         r=view.result,

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.limits import impossible_in_result
 from tokenwatt.schema.spec import Spec
 
@@ -428,6 +429,24 @@ class ConfigResult(StrictModel):
     )
     power_validity: PowerValidity | None = Field(
         default=None, description="Coverage, gaps and GPUs of the confirmation's power readings"
+    )
+    engine_version: str | None = Field(
+        default=None, description="The engine version the server reported (GET /version)"
+    )
+    engine_config: EngineConfig | None = Field(
+        default=None, description="The engine's configuration as the server reported it"
+    )
+    spec_path: str | None = Field(
+        default=None, description="The spec file this config was measured with, as given"
+    )
+    spec_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="SHA-256 of that spec file's bytes when it was measured",
+    )
+    spec: Spec | None = Field(
+        default=None,
+        description="This config's own spec, as it ran (the result's spec is the baseline's)",
     )
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.spec import MeasurementSpec, Spec
 
 __all__ = [
@@ -434,6 +435,9 @@ class Environment(StrictModel):
     python: str
     engine_version: str | None = Field(default=None, description="As the server reported it")
     engine_version_source: str | None = Field(default=None, description="e.g. GET /version")
+    engine_config: EngineConfig | None = Field(
+        default=None, description="The engine's configuration as the server reported it"
+    )
     driver: str | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
     spec_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")

@@ -24,6 +24,7 @@ from tokenwatt.schema.base import (
     StrictModel,
     WeightDtype,
 )
+from tokenwatt.schema.launch import refuse_secrets
 
 __all__ = [
     "BUILTIN_WORKLOADS",
@@ -149,6 +150,11 @@ class EngineSpec(StrictInputModel):
         default=None, description="Expected engine version; checked against the server's own"
     )
     kernels: str | None = Field(default=None, description="Free text: image, kernel configs")
+    launch: str | None = Field(
+        default=None,
+        description="The server's command line as launched, verbatim (shown per config on the"
+        " page; secrets refused: use environment variable references)",
+    )
     api: Literal["completions", "chat"] = Field(
         default="completions", description="Which API the load uses"
     )
@@ -186,6 +192,17 @@ class EngineSpec(StrictInputModel):
             # JSON has no NaN or infinity: the request body would carry null instead.
             raise ValueError(f"{where} is NaN or infinite, which a JSON request cannot carry")
         return value
+
+    @model_validator(mode="after")
+    def _launch_without_secrets(self) -> EngineSpec:
+        # A model-level check, so that the validation error's input is the whole section and
+        # the message that names the field never repeats the secret's value.
+        if self.launch is not None:
+            try:
+                refuse_secrets(self.launch)
+            except ValueError as exc:
+                raise ValueError(f"engine.launch {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _sim_only_for_sim(self) -> EngineSpec:
