@@ -125,3 +125,28 @@ def test_requests_past_their_timeout_fail():
     assert all(s == "ok" or s == "timeout" for s in rec.requests.status)
     assert rec.tpot_ms.p99 == float("inf")
     assert not rec.slo_pass
+
+
+def test_a_pass_is_certified_only_once_no_request_can_still_lower_a_percentile_count():
+    # The seed's full spec at 8 req/s (seed 100): some answers end after one token, so they
+    # have no TPOT and the TPOT percentile is over fewer values than the window holds, which
+    # needs fewer requests over the bound to fail. Counting them as done let a probe be
+    # certified passing with its p99 TPOT over the bound (and its record refused).
+    loaded = with_seed(load_spec(REPO / "specs" / "sim-seed-full.spec.yaml"), 100)
+    spec = loaded.spec
+    config = engine_config(loaded)
+    workload = build_workload(
+        spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
+    )
+    vs = VirtualServer(
+        config, workload, request_timeout_s=float(spec.measurement.request_timeout_s)
+    )
+    plan = ProbePlan(phase="search", rate_rps=8.0, warmup_s=45, window_s=60, certify_pass=True)
+    rec = vs.probe(plan, index=0, slo=spec.slo).record
+    assert rec.tpot_ms.count < rec.window_requests  # the case: percentiles over fewer values
+    # (before the fix, building this record raised: certified pass, p99 TPOT over the bound)
+    assert rec.early_stop is not None
+    assert rec.early_stop.outcome == "pass"
+    assert rec.slo_pass
+    assert rec.tpot_ms.p99 is not None
+    assert rec.tpot_ms.p99 <= spec.slo.tpot_p99_ms

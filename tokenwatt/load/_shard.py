@@ -114,7 +114,8 @@ class EarlyStopRule:
     bound. Sound only when every successful request produces text (``ignore_eos``): a request
     that legitimately ends with no text has no TTFT and is left out of the percentile."""
     report_finished: bool = False
-    """Report every finished window request too (the pass certification counts them)."""
+    """Report every settled window request too (the pass certification counts them): failed,
+    or finished with both a TTFT and a TPOT."""
 
 
 class ExceedTally:
@@ -126,8 +127,11 @@ class ExceedTally:
             (:func:`tokenwatt.metrics.exceeding_to_fail` of the planned window requests).
         planned: window requests the schedule holds (for the pass certification).
         stop_on_fail: stop once either count reaches ``needed`` (the p99 is over its bound).
-        stop_on_pass: stop once the window requests still to finish, all counted as over, could
-            not bring either count to ``needed`` (both p99s are within their bounds).
+        stop_on_pass: stop once the window requests not yet settled, all counted as over, could
+            not bring either count to ``needed`` (both p99s are within their bounds). A request
+            settles when it fails or finishes with both a TTFT and a TPOT; one that ends with
+            no text or a single token stays unsettled, since leaving a percentile out lowers
+            the count that would fail it by as much as counting it over would raise it.
     """
 
     def __init__(
@@ -482,9 +486,14 @@ class Shard:
             self._watched.discard(watched)
         if rule is None or self._stopped:
             return
-        self._window_finished += 1
         result = self._result
         ttft, tpot = record.ttft_ms, record.tpot_ms
+        if not record.ok or (ttft is not None and tpot is not None):
+            # Settled: it has its value in both percentiles (a failure is +inf in both). A
+            # request that ends with no text, or one token, leaves a percentile out, which
+            # lowers the count over the bound that would fail it: the pass certification may
+            # only count as done the requests that can no longer do that.
+            self._window_finished += 1
         ttft_over = not record.ok or (ttft is not None and ttft > rule.ttft_ms)
         tpot_over = not record.ok or (tpot is not None and tpot > rule.tpot_ms)
         grew = False

@@ -390,12 +390,15 @@ class _ProbeRun:
         if not rec.in_window:
             return
         self.window_pending -= 1
-        self.window_finished += 1
         rule = self.rule
         if rule is None or self.stopped_s is not None:
             return
         ttft, tpot = _ttft_tpot_ms(rec)
         ok = rec.status == "ok"
+        if not ok or (ttft is not None and tpot is not None):
+            # Settled in both percentiles (see _shard.Shard._count_exceeding): only such
+            # requests shrink what the pass certification must allow for.
+            self.window_finished += 1
         if (not ok or (ttft is not None and ttft > rule.ttft_ms)) and not rec.ttft_counted:
             self.ttft_exceeding += 1
         if not ok or (tpot is not None and tpot > rule.tpot_ms):
