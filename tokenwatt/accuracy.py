@@ -62,6 +62,7 @@ __all__ = [
     "TextCompleter",
     "accuracy_evidence",
     "build_prompt",
+    "check_evidence",
     "draw_exemplars",
     "extract_answer",
     "final_answer_of_solution",
@@ -69,6 +70,7 @@ __all__ = [
     "is_correct",
     "load_suite",
     "run_accuracy",
+    "seed_scores",
     "write_suite",
 ]
 
@@ -344,6 +346,56 @@ async def run_accuracy(
     return accuracy_evidence(spec, answers, suite_path=suite_path, meaningful=meaningful)
 
 
+def seed_scores(items: Sequence[AccuracyItem]) -> list[AccuracySeedScore]:
+    """Each seed's score: % of its questions (answered or failed) whose answer is correct."""
+    out: list[AccuracySeedScore] = []
+    for seed in sorted({a.seed for a in items}):
+        mine = [a for a in items if a.seed == seed]
+        correct = sum(1 for a in mine if a.correct)
+        failed = sum(1 for a in mine if a.error is not None)
+        out.append(
+            AccuracySeedScore(
+                seed=seed,
+                score=correct / len(mine) * 100.0,
+                correct=correct,
+                answered=len(mine) - failed,
+                failed=failed,
+            )
+        )
+    return out
+
+
+def check_evidence(evidence: AccuracyEvidence) -> str | None:
+    """What in a run file's accuracy section disagrees with its own answers (None: nothing).
+
+    Every answer is scored again (:func:`extract_answer`, :func:`is_correct`), the seeds'
+    scores recomputed from them and the mean and spread from those; without answers, each
+    seed's score must still be its own correct / questions.
+    """
+    for i, item in enumerate(evidence.items):
+        extracted = extract_answer(item.completion) if item.completion is not None else None
+        if item.extracted != extracted:
+            return f"items[{i}].extracted is {item.extracted!r}, its completion gives {extracted!r}"
+        correct = item.error is None and is_correct(extracted, item.gold)
+        if item.correct != correct:
+            return f"items[{i}].correct is {item.correct}, scoring its answer gives {correct}"
+    per_seed = seed_scores(evidence.items) if evidence.items else evidence.per_seed
+    for j, s in enumerate(per_seed):
+        asked = s.answered + s.failed
+        if asked > evidence.limit or (asked and abs(s.score - s.correct / asked * 100) > 1e-6):
+            return f"per_seed[{j}] does not add up ({s.correct} correct of {asked} asked)"
+    if evidence.items and [s.model_dump() for s in per_seed] != [
+        s.model_dump() for s in evidence.per_seed
+    ]:
+        return "per_seed differs from the scores of its items"
+    scores = [s.score for s in per_seed] or [0.0]
+    if abs(evidence.score - sum(scores) / len(scores)) > 1e-6:
+        return f"score is {evidence.score}, its seeds' scores give {sum(scores) / len(scores)}"
+    if abs(evidence.spread_pts - (max(scores) - min(scores))) > 1e-6:
+        return f"spread_pts is {evidence.spread_pts}, its seeds give {max(scores) - min(scores)}"
+    return None
+
+
 def accuracy_evidence(
     spec: AccuracySpec, answers: Sequence[AccuracyItem], *, suite_path: str, meaningful: bool
 ) -> AccuracyEvidence:
@@ -353,21 +405,15 @@ def accuracy_evidence(
     interrupted one scores what came back, and the run says it is incomplete.
     """
     items = sorted(answers, key=lambda a: (a.seed, a.index))
-    per_seed: list[AccuracySeedScore] = []
-    for seed in sorted({a.seed for a in items}):
-        mine = [a for a in items if a.seed == seed]
-        correct = sum(1 for a in mine if a.correct)
-        failed = sum(1 for a in mine if a.error is not None)
-        per_seed.append(
-            AccuracySeedScore(
-                seed=seed,
-                score=correct / len(mine) * 100.0,
-                correct=correct,
-                answered=len(mine) - failed,
-                failed=failed,
-            )
+    per_seed = seed_scores(items)
+    for s in per_seed:
+        logger.info(
+            "accuracy seed %d: %d/%d correct, %d failed",
+            s.seed,
+            s.correct,
+            s.answered + s.failed,
+            s.failed,
         )
-        logger.info("accuracy seed %d: %d/%d correct, %d failed", seed, correct, len(mine), failed)
     scores = [s.score for s in per_seed] or [0.0]
     return AccuracyEvidence(
         suite=suite_path,

@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from tokenwatt import energy
+from tokenwatt import accuracy, energy
 from tokenwatt.capacity import CapacityEstimate, estimate_capacity
 from tokenwatt.errors import ResultError
 from tokenwatt.metrics import (
@@ -364,6 +364,8 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
         )
     for probe in run.probes:
         _check_probe(path, run, probe)
+    if run.accuracy is not None and (problem := accuracy.check_evidence(run.accuracy)):
+        raise ResultError(f"{path}: accuracy.{problem}; the run file is inconsistent")
     strategy: Literal["bisect", "adaptive", "rates"] = (
         "rates" if run.spec.sweep.rates is not None else run.spec.sweep.strategy
     )

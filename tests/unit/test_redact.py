@@ -81,3 +81,28 @@ def test_redact_data_leaves_numbers_and_reports_names():
     clean, names = redact.redact_data(data, [("TW_A", "sk-abcdef-12"), ("TW_B", "123456")])
     assert clean == {"a": ["k REDACTED", 123456], "REDACTED": 1}
     assert names == ["TW_A"]
+
+
+def test_a_load_worker_redacts_its_own_log_records():
+    import io
+    import logging
+
+    from tokenwatt.load._workers import worker_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root.handlers = [handler]
+    try:
+        worker_logging(logging.INFO, {"TW_KEY": "sk-Zq81xLw0Pd7"})
+        logging.getLogger("tokenwatt.load").warning(
+            "sent Authorization: Bearer sk-Zq81xLw0Pd7 to http://u:pw@host/v1"
+        )
+    finally:
+        root.handlers = saved
+        handler.close()
+    text = stream.getvalue()
+    assert "sent Authorization:" in text
+    assert "sk-Zq81xLw0Pd7" not in text
+    assert "pw@" not in text

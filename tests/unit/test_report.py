@@ -11,6 +11,7 @@ from tests import factories
 from tokenwatt import policy, store
 from tokenwatt.errors import ResultError
 from tokenwatt.report import QUICK_NOTE, LoadedRun, build_result, quote_arg, slugify
+from tokenwatt.schema.run import AccuracyItem
 
 SEED_FIELDS = (
     "key",
@@ -145,7 +146,8 @@ def test_different_hardware_is_a_mismatch():
 def test_accuracy_gate_two_point_drop_is_not_an_improvement():
     runs = factories.seed_runs()
     assert runs[1].accuracy is not None
-    acc = runs[1].accuracy.model_copy(update={"score": 94.0})
+    seed = runs[1].accuracy.per_seed[0].model_copy(update={"score": 94.0, "correct": 47})
+    acc = runs[1].accuracy.model_copy(update={"score": 94.0, "per_seed": [seed]})
     # 10% more goodput, but two points less accuracy
     probes = [
         p.model_copy(
@@ -454,3 +456,35 @@ def test_each_config_carries_its_own_spec_and_its_hash():
     assert by_key["tuned"].spec_path == "specs/tuned.spec.yaml"
     assert by_key["baseline"].spec == result.spec
     assert by_key["baseline"].spec_sha256 == runs[0].environment.spec_sha256
+
+
+def test_an_accuracy_score_its_answers_do_not_give_is_refused():
+    runs = factories.seed_runs()
+    acc = runs[1].accuracy
+    assert acc is not None
+    # The score alone raised: its one seed still says 48 of 50.
+    forged = runs[1].model_copy(update={"accuracy": acc.model_copy(update={"score": 99.0})})
+    with pytest.raises(ResultError, match=r"accuracy\.score is 99\.0, its seeds' scores give 96"):
+        make([runs[0], forged, runs[2]])
+    # An answer marked correct that its completion does not support.
+    item = AccuracyItem(
+        seed=0, index=0, gold="18", completion="... #### 17", extracted="17", correct=True
+    )
+    seed = acc.per_seed[0].model_copy(update={"answered": 1, "correct": 1, "score": 100.0})
+    forged_items = acc.model_copy(
+        update={"items": [item], "per_seed": [seed], "score": 100.0, "limit": 1}
+    )
+    forged = runs[1].model_copy(update={"accuracy": forged_items})
+    with pytest.raises(ResultError, match=r"accuracy\.items\[0\]\.correct is True, scoring"):
+        make([runs[0], forged, runs[2]])
+    # The same answer scored honestly is accepted as far as accuracy goes.
+    honest = forged_items.model_copy(
+        update={
+            "items": [item.model_copy(update={"correct": False})],
+            "per_seed": [seed.model_copy(update={"correct": 0, "score": 0.0})],
+            "score": 0.0,
+        }
+    )
+    from tokenwatt.accuracy import check_evidence
+
+    assert check_evidence(honest) is None

@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -33,6 +33,7 @@ from tokenwatt.load._shard import (
     reduce_timer_slack,
 )
 from tokenwatt.load.workload import Workload
+from tokenwatt.redact import guard_handlers, guardable
 from tokenwatt.schema.spec import EngineSpec
 
 __all__ = ["WorkerInit", "WorkerPool", "worker_main"]
@@ -59,6 +60,17 @@ class WorkerInit:
     log_level: int
 
 
+def worker_logging(level: int, env: Mapping[str, str]) -> None:
+    """Set up a worker's log handlers with the parent's redaction.
+
+    Auth headers, URL credentials and the API key the worker was given never reach its log
+    (:mod:`tokenwatt.redact`).
+    """
+    logging.basicConfig(level=level)
+    secrets = [(name, value) for name, value in env.items() if guardable(value)]
+    guard_handlers(logging.getLogger().handlers, secrets)
+
+
 def worker_main(conn: Connection, init: WorkerInit) -> None:
     """Entry point of a worker process: serve probe commands until told to exit.
 
@@ -68,7 +80,7 @@ def worker_main(conn: Connection, init: WorkerInit) -> None:
     """
     # Ctrl-C reaches the whole process group; the parent decides how workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=init.log_level)
+    worker_logging(init.log_level, init.env)
     if not reduce_timer_slack():
         logger.debug("could not reduce the timer slack: pacing is coarser")
     try:
