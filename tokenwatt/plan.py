@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pydantic import Field
 from scipy import stats as scipy_stats
 
-from tokenwatt import store
+from tokenwatt import bounded, store
 from tokenwatt.capacity import CapacityEstimate, estimate_capacity, relative_capacity
 from tokenwatt.errors import InputError
 from tokenwatt.figures import search_phases
@@ -232,8 +232,8 @@ def true_capacity(
     path = store.cache_dir() / "truth" / f"{key}.json"
     if cache and path.is_file():
         try:
-            return TruthResult.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError:
+            return TruthResult.model_validate_json(bounded.read_text(path))
+        except (ValueError, InputError):
             logger.warning("ignoring an unreadable truth cache file %s", path)
     steps: list[TruthStep] = []
 
