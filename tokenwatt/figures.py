@@ -40,12 +40,14 @@ from tokenwatt.metrics import (
     pooled_latency_stats,
     slo_pass,
 )
+from tokenwatt.schema.base import SIM_ENGINE
 from tokenwatt.schema.limits import max_output_tokens
 from tokenwatt.schema.result import (
     ConfigAudits,
     ConfigTelemetry,
     PowerTraceSummary,
     PowerValidity,
+    ResultFile,
 )
 from tokenwatt.schema.run import ProbeRecord, RunFile
 from tokenwatt.telemetry import queue_growing
@@ -56,10 +58,13 @@ __all__ = [
     "OutcomeFigures",
     "accepted_probes",
     "audit_summary",
+    "engine_is_simulator",
     "figures_of",
     "outcome_figures",
     "pooled_p99_ms",
     "power_validity",
+    "result_is_simulated",
+    "run_simulated_because",
     "search_phases",
     "telemetry_at_confirmed",
     "window_power",
@@ -343,14 +348,43 @@ def _boundary_gap_pct(run: RunFile, confirmed: float | None) -> float | None:
     return (min(above) - confirmed) / confirmed * 100.0 if above else None
 
 
+def engine_is_simulator(version: str | None) -> bool:
+    """Whether an engine's self-reported version names tokenwatt's simulator."""
+    return version is not None and version.startswith(SIM_ENGINE)
+
+
+def run_simulated_because(run: RunFile) -> str | None:
+    """Why a run's own evidence says it was made against the simulator, whatever its flag says.
+
+    The spec's ``engine.endpoint`` is ``sim``, or the engine named itself the simulator (its
+    version, from ``/version``), or the GPUs are simulated ones.
+    """
+    if run.spec.engine.endpoint == "sim":
+        return "the spec's engine.endpoint is 'sim'"
+    if engine_is_simulator(run.environment.engine_version):
+        return f"the engine identified itself as {run.environment.engine_version!r}"
+    if any(g.name.endswith("(simulated)") for g in run.environment.gpus):
+        return "its GPUs are simulated ones"
+    return None
+
+
+def result_is_simulated(result: ResultFile) -> bool:
+    """A result is simulated if its flag, its spec, its engine or any configuration says so."""
+    return (
+        bool(result.simulated)
+        or result.spec.engine.endpoint == "sim"
+        or engine_is_simulator(result.software.engine_version)
+        or result.hardware.accelerator.endswith("(simulated)")
+        or any(c.measurement is not None and c.measurement.simulated for c in result.configs)
+    )
+
+
 def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
     """Every figure of a run, recomputed from its evidence.
 
     Raises:
         ResultError: a summary field of the file disagrees with its evidence (named).
     """
-    from tokenwatt.policy import run_simulated_because  # policy reads figures: import here
-
     because = run_simulated_because(run)
     if because is not None and not run.simulated:
         raise ResultError(

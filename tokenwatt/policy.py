@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 from tokenwatt import figures
 from tokenwatt.audits import LITTLES_LAW_TOLERANCE_PCT
-from tokenwatt.schema.base import SIM_ENGINE
 from tokenwatt.schema.result import ConfigAudits, PowerValidity, ResultFile
 from tokenwatt.schema.run import RunFile
 from tokenwatt.schema.spec import Spec
@@ -39,39 +38,7 @@ __all__ = [
     "check_spec",
     "describe",
     "measured_of_result",
-    "result_is_simulated",
-    "run_simulated_because",
 ]
-
-
-def _sim_engine(version: str | None) -> bool:
-    return version is not None and version.startswith(SIM_ENGINE)
-
-
-def run_simulated_because(run: RunFile) -> str | None:
-    """Why a run's own evidence says it was made against the simulator, whatever its flag says.
-
-    The spec's ``engine.endpoint`` is ``sim``, or the engine named itself the simulator (its
-    version, from ``/version``), or the GPUs are simulated ones.
-    """
-    if run.spec.engine.endpoint == "sim":
-        return "the spec's engine.endpoint is 'sim'"
-    if _sim_engine(run.environment.engine_version):
-        return f"the engine identified itself as {run.environment.engine_version!r}"
-    if any(g.name.endswith("(simulated)") for g in run.environment.gpus):
-        return "its GPUs are simulated ones"
-    return None
-
-
-def result_is_simulated(result: ResultFile) -> bool:
-    """A result is simulated if its flag, its spec, its engine or any configuration says so."""
-    return (
-        bool(result.simulated)
-        or result.spec.engine.endpoint == "sim"
-        or _sim_engine(result.software.engine_version)
-        or result.hardware.accelerator.endswith("(simulated)")
-        or any(c.measurement is not None and c.measurement.simulated for c in result.configs)
-    )
 
 
 @dataclass(frozen=True)
@@ -239,7 +206,7 @@ def measured_of_result(result: ResultFile) -> list[Measured]:
     and its own ``repeats``.
     """
     spec = result.spec
-    simulated = result_is_simulated(result)
+    simulated = figures.result_is_simulated(result)
     out: list[Measured] = []
     for config in result.configs:
         subject = f"{config.key} '{config.label}'"
@@ -315,7 +282,7 @@ def check_run(run: RunFile) -> list[Violation]:
                 repeats=eff.repeats,
                 accuracy_questions=questions,
                 quick=run.quick,
-                simulated=run.simulated or run_simulated_because(run) is not None,
+                simulated=run.simulated or figures.run_simulated_because(run) is not None,
                 complete=run.complete,
                 **_evidence(
                     figures.audit_summary(run, accepted), figures.power_validity(run, power), None

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests import factories
-from tokenwatt import policy, store
+from tokenwatt import figures, policy, store
 from tokenwatt.errors import ResultError
 from tokenwatt.report import QUICK_NOTE, LoadedRun, build_result, quote_arg, slugify
 from tokenwatt.schema.run import AccuracyItem
@@ -310,9 +310,9 @@ def _report(run):
 
 
 def test_a_consistent_evidence_run_reports():
-    figures = _report(_evidence_run(slo_pass=True))
-    assert figures.outcome.slo_pass_count == 1
-    assert figures.capacity.fits["tpot"].method == "above_all"
+    got = _report(_evidence_run(slo_pass=True))
+    assert got.outcome.slo_pass_count == 1
+    assert got.capacity.fits["tpot"].method == "above_all"
 
 
 def test_a_probe_marked_passing_against_its_requests_is_refused():
@@ -391,11 +391,11 @@ def test_a_result_whose_spec_is_the_simulator_is_simulated_whatever_its_flag(see
     from tokenwatt.schema.result import ResultFile
 
     result = ResultFile.model_validate(data)
-    assert policy.result_is_simulated(result)
+    assert figures.result_is_simulated(result)
     assert any(v.rule == "simulated" for v in policy.check_result(result))
     data["spec"]["engine"]["endpoint"] = "http://127.0.0.1:8000/v1"
     data["software"]["engine_version"] = "tokenwatt-sim 0.1.0"
-    assert policy.result_is_simulated(ResultFile.model_validate(data))
+    assert figures.result_is_simulated(ResultFile.model_validate(data))
 
 
 def test_more_output_tokens_than_the_workload_asks_for_is_refused():

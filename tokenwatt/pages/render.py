@@ -27,7 +27,7 @@ from typing import Literal
 import jinja2
 from markupsafe import Markup
 
-from tokenwatt import compare, policy
+from tokenwatt import compare, figures, policy
 from tokenwatt.pages import charts as charts_mod
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.result import ConfigResult, ResultFile
@@ -368,7 +368,7 @@ class ResultView:
 
 def result_view(result: ResultFile, *, source: str) -> ResultView:
     """Recompute publishability and the derived figures of a result."""
-    simulated = policy.result_is_simulated(result)
+    simulated = figures.result_is_simulated(result)
     return ResultView(
         result=result,
         source=source,
