@@ -645,27 +645,17 @@ def relative_capacity(
     shared = _shared_streams(streams, configs)
     rho: float | None = None
     if paired and len(shared) >= MIN_PAIRED_STREAMS and dof - 1 >= MIN_PAIRED_DOF:
-        rho = stream_correlation((resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist())
-        if rho > 0:
-            # Generalised least squares: V = W^-1/2 C W^-1/2, C[i, j] = rho for two probes of
-            # one stream in different configurations.
-            corr = np.eye(len(y))
-            same = (streams[:, None] == streams[None, :]) & (configs[:, None] != configs[None, :])
-            corr[same] = rho
-            inv_sw = 1.0 / np.sqrt(w)
-            v_inv = np.linalg.inv(inv_sw[:, None] * corr * inv_sw[None, :])
-            info = design.T @ v_inv @ design
-            beta_g = np.linalg.solve(info, design.T @ v_inv @ y)
-            if float(beta_g[k_count]) > 0:
-                beta = beta_g
-                resid = y - design @ beta
-                dof -= 1  # rho was estimated from the same probes
-                s2 = float(resid @ v_inv @ resid / dof)
-                cov = s2 * np.linalg.inv(info)
-            else:
-                rho = None
-        else:
-            rho = None
+        estimate = stream_correlation(
+            (resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist()
+        )
+        gls = _gls(design, y, w, streams, configs, estimate) if estimate > 0 else None
+        if gls is not None and float(gls[0][k_count]) > 0:
+            beta, v_inv, info = gls
+            rho = estimate
+            resid = y - design @ beta
+            dof -= 1  # rho was estimated from the same probes
+            s2 = float(resid @ v_inv @ resid / dof)
+            cov = s2 * np.linalg.inv(info)
     kappa = float(beta[k_count])
     t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
     log_ratio = [0.0]
@@ -701,6 +691,28 @@ def relative_capacity(
         paired_streams=len(shared) if rho is not None else 0,
         stream_correlation=rho,
     )
+
+
+def _gls(
+    design: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    streams: np.ndarray,
+    configs: np.ndarray,
+    rho: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Generalised least squares: (coefficients, V^-1, X' V^-1 X).
+
+    V = W^-1/2 C W^-1/2, with C[i, j] = rho for two probes of one stream in different
+    configurations.
+    """
+    corr = np.eye(len(y))
+    same = (streams[:, None] == streams[None, :]) & (configs[:, None] != configs[None, :])
+    corr[same] = rho
+    inv_sw = 1.0 / np.sqrt(w)
+    v_inv = np.linalg.inv(inv_sw[:, None] * corr * inv_sw[None, :])
+    info = design.T @ v_inv @ design
+    return np.linalg.solve(info, design.T @ v_inv @ y), v_inv, info
 
 
 def _shared_streams(streams: np.ndarray, configs: np.ndarray) -> list[int]:
