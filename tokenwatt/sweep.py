@@ -79,7 +79,11 @@ MAX_DOWN_STEPS = 8
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """The next probe to run."""
+    """The next probe to run.
+
+    Raises:
+        ValueError: a non-positive rate or window, or a negative warm-up.
+    """
 
     phase: ProbePhase
     rate_rps: float
@@ -91,6 +95,10 @@ class ProbePlan:
     """Stop the probe once its window has provably failed the SLO."""
     certify_pass: bool = False
     """Also stop it once its window provably meets the SLO, whatever the rest does."""
+
+    def __post_init__(self) -> None:
+        if not self.rate_rps > 0 or not self.window_s > 0 or self.warmup_s < 0:
+            raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokenwatt.schema.spec import MeasurementSpec, SweepSpec
-from tokenwatt.sweep import MAX_DOWN_STEPS, Sweep
+from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, Sweep
 
 M = MeasurementSpec(warmup_s=45, window_s=120, search_window_s=60, repeats=2)
 
@@ -127,3 +127,11 @@ def test_record_without_next_is_an_error():
 def test_next_is_idempotent_until_recorded():
     sweep = Sweep(SweepSpec(), M)
     assert sweep.next() == sweep.next()
+
+
+@pytest.mark.parametrize(
+    ("rate", "warmup", "window"), [(0.0, 1.0, 5.0), (2.0, -1.0, 5.0), (2.0, 1.0, 0.0)]
+)
+def test_a_probe_plan_refuses_what_cannot_be_run(rate, warmup, window):
+    with pytest.raises(ValueError, match="need rate_rps > 0, window_s > 0 and warmup_s >= 0"):
+        ProbePlan(phase="search", rate_rps=rate, warmup_s=warmup, window_s=window)

@@ -309,7 +309,6 @@ class LoadGenerator:
             keep_requests: include the window requests table in the record.
 
         Raises:
-            ValueError: a non-positive rate or window.
             TokenwattError: a worker process failed.
         """
         phase, rate_rps, warmup_s, window_s = (
@@ -320,8 +319,6 @@ class LoadGenerator:
         )
         attempt, repeat = plan.attempt, plan.repeat
         early_stop, certify_pass = plan.early_stop, plan.certify_pass
-        if not rate_rps > 0 or not window_s > 0 or warmup_s < 0:
-            raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
         base_stream = index if stream is None else stream
         workers = self.workers_for(rate_rps)
         tries = 0

@@ -155,9 +155,6 @@ class VirtualServer:
             index: position of the probe in the run; also the default workload stream.
             slo: the latency objective.
             stream: workload stream (default: ``index``).
-
-        Raises:
-            ValueError: a non-positive rate or window.
         """
         phase, rate_rps, warmup_s, window_s = (
             plan.phase,
@@ -167,8 +164,6 @@ class VirtualServer:
         )
         attempt, repeat = plan.attempt, plan.repeat
         early_stop, certify_pass = plan.early_stop, plan.certify_pass
-        if not rate_rps > 0 or not window_s > 0 or warmup_s < 0:
-            raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
         stream = index if stream is None else stream
         w0 = round(warmup_s * _NS) / _NS
         w1 = (round(warmup_s * _NS) + round(window_s * _NS)) / _NS
