@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import queue
 import re
-import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,16 +70,25 @@ def test_cli_serves_the_example_spec_until_interrupted(repo: Path):
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stderr is not None
+    # A thread reads whole lines: a selector on the pipe misses lines that arrived together
+    # with the one read (they wait in the text wrapper's buffer, not in the pipe).
+    lines: queue.Queue[str] = queue.Queue()
+    stderr = proc.stderr
+
+    def read_lines() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=read_lines, daemon=True)
+    reader.start()
     try:
-        assert proc.stderr is not None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stderr, selectors.EVENT_READ)
         seen = ""
         url = None
         deadline = time.monotonic() + 30
         while url is None and time.monotonic() < deadline:
-            if sel.select(timeout=0.5):
-                line = proc.stderr.readline()
+            with contextlib.suppress(queue.Empty):
+                line = lines.get(timeout=0.5)
                 seen += line
                 m = re.search(r"OpenAI API: (http://127\.0\.0\.1:\d+/v1)", line)
                 url = m.group(1) if m else None
@@ -94,7 +105,11 @@ def test_cli_serves_the_example_spec_until_interrupted(repo: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.wait(timeout=15)
+        reader.join(timeout=15)  # the pipe is at its end once the process is gone
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_launch_for_spec(repo: Path):
