@@ -12,6 +12,7 @@ from tests.peers import wait_for
 from tests.result_factories import full_mode_result
 from tokenwatt import energy, policy
 from tokenwatt.figures import power_validity
+from tokenwatt.pages.render import make_environment, render_result, result_view
 from tokenwatt.power import PowerSampler, build_source
 from tokenwatt.schema.spec import PowerSpec
 
@@ -21,7 +22,7 @@ OUTAGE_S = 5.0
 
 
 def test_a_five_second_bmc_outage_in_the_window_makes_the_result_unpublishable(
-    start_redfish, seed_path
+    start_redfish, seed_path, repo
 ):
     peer = start_redfish(watts=500)
     power = PowerSpec(source="redfish", url=peer.url, sampling_hz=10)
@@ -53,3 +54,12 @@ def test_a_five_second_bmc_outage_in_the_window_makes_the_result_unpublishable(
     gapped = full_mode_result(seed_path, configs=[c.model_dump() for c in configs])
     refused = [v for v in policy.check_result(gapped) if v.rule == "power_max_gap_s"]
     assert refused, policy.check_result(gapped)
+
+    # ... and the page shows the gap beside the coverage
+    page = render_result(
+        result_view(gapped, source="results/gapped.json"),
+        env=make_environment(repo / "templates"),
+        draw=lambda chart, prefix: "",
+    )
+    row = next(line for line in page.splitlines() if "longest gap" in line)
+    assert f" / {validity.max_gap_s:.1f}" in row, row
