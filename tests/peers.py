@@ -7,6 +7,7 @@ start fails the test that needs it (never a silent skip), with the script's own 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -90,6 +91,40 @@ def run_start_script(
             f"{proc.stderr[-3000:]}\n{proc.stdout[-1000:]}"
         )
     return int(lines[-1])
+
+
+class BackgroundStarts:
+    """Peers started by their scripts in background threads, waited for when a test needs them.
+
+    A start that failed raises its error in every test that waits for it (never a skip).
+    """
+
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="peer-start")
+        self._starts: dict[str, concurrent.futures.Future[Peer]] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._starts
+
+    def start(self, key: str, name: str, script: Path, *args: str) -> None:
+        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group)."""
+
+        def run() -> Peer:
+            port = free_port()
+            return Peer(name, port, run_start_script(script, str(port), *args), group=True)
+
+        self._starts[key] = self._pool.submit(run)
+
+    def wait(self, key: str) -> Peer:
+        """The peer once it answers; raises what its start raised."""
+        return self._starts[key].result()
+
+    def stop_all(self) -> None:
+        """Stop every peer that started (waiting for starts still running)."""
+        for start in self._starts.values():
+            with contextlib.suppress(Exception):
+                start.result().stop()
+        self._pool.shutdown(wait=True)
 
 
 def wait_http(url: str, *, timeout_s: float = 120.0) -> None:

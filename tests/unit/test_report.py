@@ -488,3 +488,38 @@ def test_an_accuracy_score_its_answers_do_not_give_is_refused():
     from tokenwatt.accuracy import check_evidence
 
     assert check_evidence(honest) is None
+
+
+def test_preemptions_at_the_confirmed_rate_are_flagged_and_shown_on_the_page(repo):
+    from tokenwatt.pages.render import make_environment, render_result, result_view
+    from tokenwatt.schema.run import EngineTelemetry
+
+    runs = factories.seed_runs()
+    assert not [n for n in make(runs).not_covered if "preempted" in n]
+    base = runs[0]
+    assert base.outcome is not None
+    confirm = set(base.outcome.confirm_probes)
+    probes = [
+        p.model_copy(update={"engine": EngineTelemetry(samples=4, preemptions=3)})
+        if p.index in confirm
+        else p
+        for p in base.probes
+    ]
+    runs[0] = base.model_copy(update={"probes": probes})
+    result = make(runs)
+    config = next(c for c in result.configs if c.key == "baseline")
+    assert config.engine_telemetry is not None
+    assert config.engine_telemetry.preemptions == 3 * len(confirm)  # summed over the windows
+    flags = [n for n in result.not_covered if "preempted" in n]
+    assert flags == [
+        f"Config '{config.label}': the engine preempted {3 * len(confirm)} request(s) at the"
+        f" confirmed rate {config.confirmed_rate_rps:g} req/s (KV cache full: recomputed or"
+        " swapped work)"
+    ]
+    page = render_result(
+        result_view(result, source="results/r.json"),
+        env=make_environment(repo / "templates"),
+        draw=lambda chart, prefix: "",
+    )
+    said = flags[0].split("': ", 1)[1]  # the page escapes the quotes around the label
+    assert said in page

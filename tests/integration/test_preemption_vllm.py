@@ -1,0 +1,57 @@
+"""Real vLLM preempting requests when its KV cache is full, as a probe's telemetry counts it.
+
+The ``vllm_server_prefix_caching`` fixture has a KV cache of 5,120 tokens (40 blocks of 128).
+A request of 768 prompt and 384 output tokens needs up to 9 blocks, so no more than four can
+all grow at once. At 4 req/s dozens are in flight: vLLM preempts (frees a request's blocks and
+recomputes it later), and the probe's engine telemetry must count it from vLLM's own
+``vllm:num_preemptions_total``. Short requests at a low rate on the same server: none. (What
+the result and its page say about preemptions at the confirmed rate: tests/unit/test_report.py.)
+
+Probes, not a measure run: the server and the load generator share two cores, so a run this
+heavy can be client-bound and confirm no rate; the counter does not depend on that.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import factories
+from tokenwatt.load.probe import LoadGenerator
+from tokenwatt.load.workload import build_workload
+from tokenwatt.schema.run import ProbeRecord
+from tokenwatt.sweep import ProbePlan
+
+pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
+
+
+async def _probe(base_url: str, *, input_tokens: int, output_tokens: int, rate_rps: float):
+    spec = factories.spec(
+        engine={"endpoint": f"{base_url}/v1", "model": "tiny", "ignore_eos": True},
+        workload={"input_tokens": input_tokens, "output_tokens": output_tokens, "seed": 31},
+        slo={"ttft_p99_ms": 600_000, "tpot_p99_ms": 60_000},
+        measurement={"request_timeout_s": 300},
+    )
+    work = build_workload(spec, context_tokens=4096)
+    async with LoadGenerator(
+        spec.engine, work, metrics_url=f"{base_url}/metrics", workers=1
+    ) as gen:
+        record: ProbeRecord = await gen.probe(
+            ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=1.0, window_s=6.0),
+            index=0,
+            slo=spec.slo,
+        )
+    assert record.failed == 0, record.failure_examples
+    assert record.engine is not None
+    assert record.engine.samples >= 3, record.engine
+    return record.engine
+
+
+async def test_a_full_kv_cache_preempts_and_the_probe_counts_it(vllm_server_prefix_caching):
+    url = vllm_server_prefix_caching.base_url
+    calm = await _probe(url, input_tokens=32, output_tokens=8, rate_rps=1.0)
+    assert calm.preemptions == 0, calm
+    full = await _probe(url, input_tokens=768, output_tokens=384, rate_rps=4.0)
+    assert full.preemptions is not None
+    assert full.preemptions > 0, full
+    assert full.kv_cache_usage_max_pct is not None  # the gauge, as far as the scrapes caught it
+    assert full.kv_cache_usage_max_pct > 0.0, full
