@@ -161,7 +161,9 @@ def test_trace_lengths_overridden_by_the_spec(shared):
 def test_mooncake_jsonl(shared):
     rows = wl.read_trace(shared / MOONCAKE)
     assert len(rows) == 12031
-    assert rows[0] == wl.TraceRow(t_s=0.0, input_tokens=6758, output_tokens=500)
+    assert rows[0] == wl.TraceRow(
+        t_s=0.0, input_tokens=6758, output_tokens=500, hash_ids=tuple(range(14))
+    )
     assert rows[-1].t_s == pytest.approx(3536.999, abs=0.001)  # milliseconds -> s
 
 

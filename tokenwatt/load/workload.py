@@ -27,10 +27,13 @@ rejected by vLLM ("out of vocabulary"; Qwen3's config says 151,936 while its tok
 151,668). The chat API cannot take ids, so it gets that many words from a fixed list of common
 English words (about one token each; the server's usage gives the true count).
 
+Shared prefixes (``workload.prefix``, or a trace's ``hash_ids``) put repeated tokens before or
+inside the prompts: :mod:`tokenwatt.load.prefix` (methodology, "Shared prefixes").
+
 Same seed, same requests, byte for byte: request ``i`` of stream ``s`` draws from its own random
 generator seeded with (seed, s, i), so any request can be made alone, in any order, in any
 process. Each probe of a run uses its own stream, so prompts never repeat between probes (a
-repeated prompt would be served from the prefix cache).
+repeated prompt would be served from the prefix cache), shared prefixes included.
 """
 
 from __future__ import annotations
@@ -49,12 +52,14 @@ import numpy as np
 from tokenwatt import bounded
 from tokenwatt.client.openai import GenerationRequest
 from tokenwatt.errors import SpecError
+from tokenwatt.load import prefix as shared
 from tokenwatt.load.arrivals import arrival_offsets, trace_offsets
 from tokenwatt.schema.spec import (
     BUILTIN_WORKLOADS,
     ArrivalSpec,
     FixedTokens,
     LognormalTokens,
+    PrefixSpec,
     Spec,
     TokenCount,
     UniformTokens,
@@ -128,6 +133,16 @@ class TraceRow:
     t_s: float | None
     input_tokens: int
     output_tokens: int
+    hash_ids: tuple[int, ...] | None = None
+    """The prompt's blocks (Mooncake): equal ids, identical blocks."""
+
+
+def _hash_ids(value: object, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in value
+    ):
+        raise SpecError(f"{where}: hash_ids is not a list of non-negative integers")
+    return tuple(value)
 
 
 def _positive(value: object, what: str, where: str) -> int:
@@ -218,11 +233,13 @@ def _read_jsonl(path: Path) -> list[TraceRow]:
                 if not isinstance(raw_t, int | float) or isinstance(raw_t, bool):
                     raise SpecError(f"{where}: the timestamp is not a number: {raw_t!r}")
                 t_s = float(raw_t) if "t_s" in obj else float(raw_t) / 1000.0
+            raw_ids = obj.get("hash_ids")
             rows.append(
                 TraceRow(
                     t_s=t_s,
                     input_tokens=_positive(obj[keys[0]], keys[0], where),
                     output_tokens=_positive(obj[keys[1]], keys[1], where),
+                    hash_ids=None if raw_ids is None else _hash_ids(raw_ids, where),
                 )
             )
     return rows
@@ -290,9 +307,15 @@ class Workload:
         output_dist: TokenCount | None,
         rows: list[TraceRow] | None,
         context_tokens: int | None,
+        prefix: PrefixSpec | None = None,
+        trace_block_tokens: int | None = None,
     ) -> None:
         if rows is None and (input_dist is None or output_dist is None):
             raise ValueError("without a trace, both length distributions are needed")
+        if trace_block_tokens is not None and (
+            rows is None or input_dist is not None or prefix is not None
+        ):
+            raise ValueError("trace blocks need a trace's lengths and no other prefix")
         self.name = name
         self.api = api
         self.vocab_size = vocab_size
@@ -302,7 +325,14 @@ class Workload:
         self.output_dist = output_dist
         self.rows = rows
         self.context_tokens = context_tokens
+        self.prefix = prefix
+        self.trace_block_tokens = trace_block_tokens
         self._id_low, self._id_high = token_id_range(vocab_size)
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether prompts repeat tokens (a shared prefix, or a trace's repeated blocks)."""
+        return self.prefix is not None or self.trace_block_tokens is not None
 
     @property
     def trace_times_s(self) -> list[float] | None:
@@ -326,14 +356,43 @@ class Workload:
         if n_out is None:
             assert row is not None
             n_out = row.output_tokens
+        shared_tokens = self.prefix.shared_tokens if self.prefix is not None else 0
+        n_in = shared_tokens + max(n_in, 1)  # the own part follows the shared prefix
         if self.context_tokens is not None:
             context = self.context_tokens
             if self.api == "chat":
                 context -= CHAT_TEMPLATE_MARGIN_TOKENS
-            context = max(context, 2)
-            n_in = min(max(n_in, 1), context - 1)
+            context = max(context, shared_tokens + 2)  # build_workload refuses less
+            n_in = min(n_in, context - 1)
             n_out = min(max(n_out, 1), context - n_in)
-        return max(n_in, 1), max(n_out, 1)
+        return n_in, max(n_out, 1)
+
+    def _prompt_ids(
+        self, index: int, stream: int, n_in: int, rng: np.random.Generator
+    ) -> list[int]:
+        id_range = (self._id_low, self._id_high)
+        if self.trace_block_tokens is not None:
+            assert self.rows is not None
+            row = self.rows[index % len(self.rows)]
+            assert row.hash_ids is not None
+            size = self.trace_block_tokens
+            parts = [
+                shared.block_tokens(
+                    seed=self.seed, stream=stream, hash_id=h, count=size, id_range=id_range
+                )
+                for h in row.hash_ids[: -(-n_in // size)]
+            ]
+            ids: list[int] = np.concatenate(parts)[:n_in].tolist()
+            return ids
+        head: list[int] = []
+        if self.prefix is not None:
+            group = int(rng.integers(0, self.prefix.groups))
+            count = self.prefix.shared_tokens
+            head = shared.prefix_tokens(
+                seed=self.seed, stream=stream, group=group, count=count, id_range=id_range
+            ).tolist()
+        own: list[int] = rng.integers(self._id_low, self._id_high, size=n_in - len(head)).tolist()
+        return head + own
 
     def lengths(self, index: int, *, stream: int = 0) -> tuple[int, int]:
         """(input tokens, output tokens) of request ``index`` of ``stream``."""
@@ -346,12 +405,16 @@ class Workload:
         rng = self._rng(index, stream)
         n_in, n_out = self._lengths(index, rng)
         if self.api == "chat":
-            words = rng.integers(0, len(_WORDS), size=n_in).tolist()
+            if self.shares_prefixes:
+                # One word per token id: the text repeats exactly where the ids do.
+                words = [i % len(_WORDS) for i in self._prompt_ids(index, stream, n_in, rng)]
+            else:
+                words = rng.integers(0, len(_WORDS), size=n_in).tolist()
             text = " ".join(_WORDS[w] for w in words)
             return GenerationRequest(
                 index=index, max_tokens=n_out, input_tokens=n_in, prompt_text=text
             )
-        ids = rng.integers(self._id_low, self._id_high, size=n_in).tolist()
+        ids = self._prompt_ids(index, stream, n_in, rng)
         return GenerationRequest(index=index, max_tokens=n_out, input_tokens=n_in, prompt_ids=ids)
 
     def requests(
@@ -381,7 +444,12 @@ class Workload:
         """One line for logs: the lengths and the context clip."""
         source = self.name if self.rows is None else f"{self.name} ({len(self.rows)} rows)"
         clip = f", clipped to {self.context_tokens} tokens" if self.context_tokens else ""
-        return f"{source}, {self.api} API, arrivals {self.arrival.process}{clip}"
+        reuse = ""
+        if self.prefix is not None:
+            reuse = f", {self.prefix.groups} shared prefixes of {self.prefix.shared_tokens} tokens"
+        elif self.trace_block_tokens is not None:
+            reuse = f", the trace's hash_ids as {self.trace_block_tokens}-token blocks"
+        return f"{source}, {self.api} API, arrivals {self.arrival.process}{reuse}{clip}"
 
 
 def build_workload(
@@ -419,6 +487,15 @@ def build_workload(
             trace_offsets([r.t_s for r in rows if r.t_s is not None])
         except ValueError as exc:
             raise SpecError(f"workload.trace: {work.trace}: {exc}") from exc
+    block = _trace_blocks(spec, rows)
+    if work.prefix is not None and context_tokens is not None:
+        room = context_tokens - (CHAT_TEMPLATE_MARGIN_TOKENS if spec.engine.api == "chat" else 0)
+        if work.prefix.shared_tokens > room - 2:
+            raise SpecError(
+                f"workload.prefix.shared_tokens ({work.prefix.shared_tokens}) leaves no room in"
+                f" the model's context of {context_tokens} tokens for a request's own input and"
+                " output (at least one token each): shorten the prefix"
+            )
     if context_tokens is None:
         logger.warning(
             "model context length unknown (not in model.config, no geometry override, no server"
@@ -434,4 +511,42 @@ def build_workload(
         output_dist=output_dist,
         rows=rows,
         context_tokens=context_tokens,
+        prefix=work.prefix,
+        trace_block_tokens=block,
     )
+
+
+def _trace_blocks(spec: Spec, rows: list[TraceRow] | None) -> int | None:
+    """``workload.trace_block_tokens`` when the trace's hash_ids shape the prompts, else None.
+
+    Raises:
+        SpecError: hash_ids that do not fit the block size, or options that contradict them.
+    """
+    work = spec.workload
+    if rows is None or not work.trace_prefix or all(r.hash_ids is None for r in rows):
+        return None
+    size = work.trace_block_tokens
+    for line, row in enumerate(rows, start=1):
+        if row.hash_ids is None:
+            raise SpecError(
+                f"workload.trace: {work.trace}: request {line} has no hash_ids while others do;"
+                " set workload.trace_prefix: false to send unique prompts of the trace's lengths"
+            )
+        need = shared.blocks_needed(row.input_tokens, size)
+        if len(row.hash_ids) != need:
+            raise SpecError(
+                f"workload.trace: {work.trace}: request {line} has {len(row.hash_ids)} hash_ids"
+                f" for {row.input_tokens} input tokens, but workload.trace_block_tokens"
+                f" {size} needs {need}: set trace_block_tokens to the trace's block size"
+            )
+    if work.input_tokens is not None:
+        raise SpecError(
+            "workload.input_tokens would replace the lengths that the trace's hash_ids describe:"
+            " remove it, or set workload.trace_prefix: false"
+        )
+    if work.prefix is not None:
+        raise SpecError(
+            "workload.prefix and the trace's hash_ids both shape the prompts: use one (set"
+            " workload.trace_prefix: false to keep the synthetic prefix)"
+        )
+    return size

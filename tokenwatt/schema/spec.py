@@ -39,6 +39,7 @@ __all__ = [
     "MeasurementSpec",
     "ModelSpec",
     "PowerSpec",
+    "PrefixSpec",
     "SimSpec",
     "SloSpec",
     "Spec",
@@ -135,6 +136,13 @@ class SimSpec(StrictInputModel):
     )
     max_model_len: Annotated[int, Field(ge=16, le=_MAX_TOKENS)] | None = Field(
         default=None, description="Longest prompt + output; null = the model's max positions"
+    )
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="Reuse the KV blocks of identical token-id prompt prefixes (vLLM's default)",
+    )
+    block_size: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=16, description="Tokens per KV-cache block, the prefix cache's unit (vLLM: 16)"
     )
 
 
@@ -349,6 +357,21 @@ class ArrivalSpec(StrictInputModel):
         return self
 
 
+class PrefixSpec(StrictInputModel):
+    """Synthetic shared prefixes: ``groups`` "system prompts" of ``shared_tokens`` tokens each.
+
+    Every request draws one group uniformly and sends that group's prefix, then its own
+    ``input_tokens`` (which count the request's own part only). Methodology, "Shared prefixes".
+    """
+
+    groups: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        description="Distinct shared prefixes; each request draws one, uniformly"
+    )
+    shared_tokens: Tokens = Field(
+        description="Tokens of each shared prefix; the request's own input tokens follow it"
+    )
+
+
 BUILTIN_WORKLOADS: tuple[str, ...] = ("chat-mix-v1",)
 """Workload names that are built in; any other ``workload.trace`` names a trace file."""
 
@@ -372,6 +395,28 @@ class WorkloadSpec(StrictInputModel):
         default=0, description="Seed of every random draw: same seed, same requests"
     )
     arrival: ArrivalSpec = Field(default_factory=ArrivalSpec, description="Arrival process")
+    prefix: PrefixSpec | None = Field(
+        default=None,
+        description="Synthetic shared prefixes before each request's own input tokens; null = none",
+    )
+    trace_prefix: bool = Field(
+        default=True,
+        description="A trace with hash_ids (Mooncake): prompts repeat block for block where its"
+        " hash_ids repeat; false = unique prompts of the trace's lengths",
+    )
+    trace_block_tokens: Tokens = Field(
+        default=512, description="Tokens per hash id of the trace (Mooncake: 512)"
+    )
+
+    @model_validator(mode="after")
+    def _trace_options_need_a_trace(self) -> WorkloadSpec:
+        if self.trace in BUILTIN_WORKLOADS:
+            for name in ("trace_prefix", "trace_block_tokens"):
+                if name in self.model_fields_set:
+                    raise ValueError(
+                        f"{name} is only used with a trace file, not the built-in {self.trace}"
+                    )
+        return self
 
 
 class MeasurementSpec(StrictInputModel):

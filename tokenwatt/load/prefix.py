@@ -1,0 +1,126 @@
+"""Shared prefixes: prompts whose leading tokens repeat, so that a prefix cache can reuse them.
+
+Random prompts never repeat, so an engine's prefix cache finds nothing in them. Real traffic
+repeats system prompts and conversation history; two spec options say how much.
+
+- **Synthetic prefixes** (``workload.prefix: {groups, shared_tokens}``): ``groups`` "system
+  prompts" of ``shared_tokens`` token ids each. Every request draws one group uniformly and sends
+  that group's prefix followed by its own prompt of ``input_tokens`` (or the trace's length):
+  ``input_tokens`` counts the request's own part, and the prompt is
+  ``shared_tokens + input_tokens`` long. Where the model's context must clip a prompt, the own
+  part is cut (to at least one token); a prefix that leaves no room for one is refused.
+- **Trace prefixes** (a trace whose rows carry ``hash_ids``, as the Mooncake trace does): each
+  hash id stands for one block of ``workload.trace_block_tokens`` tokens (Mooncake: 512), the
+  same tokens wherever that id appears; a request's prompt is the blocks of its ids in order,
+  cut to its ``input_length``. Two prompts are identical exactly where their ids are, so the
+  engine's cache sees the trace's own reuse (``workload.trace_prefix: false`` sends unique
+  prompts of the trace's lengths instead). Each row must have ``ceil(input_length /
+  trace_block_tokens)`` ids, which catches a wrong block size.
+
+The tokens of group ``g`` (or hash id ``h``) come from a random generator seeded with
+(``workload.seed``, stream, ``g`` or ``h``): deterministic, and the same in every request of a
+probe, but **different in every probe** (each probe has its own stream). So a probe never starts
+with its prefixes cached by the probe before it: probes stay independent of the order a sweep
+runs them in (two configurations of a comparison run different sequences of rates), and each
+starts cold as a virtual-time probe does. The warm-up fills the cache, so the measurement window
+sees the steady-state reuse. The chat API, which takes text, gets one word per token id (a
+fixed word list indexed by the id), so its prompts repeat where the ids do; the simulator caches
+token-id prompts only.
+
+**Expected hit rate** (:func:`expected_hit_rate`): the fraction of prompt tokens served from the
+cache over a window, as the engine's counters measure it (vLLM: ``prefix_cache_hits`` over
+``prefix_cache_queries``, both in tokens). A cache stores whole blocks of ``B`` tokens (vLLM's
+default 16), and the block that straddles the prefix's end also holds the request's own (unique)
+tokens, so a request whose group is cached reuses ``B * floor(S / B)`` of its
+``S + own`` prompt tokens. A group's first request in the probe misses. With ``G`` groups,
+``M`` requests before the window (the warm-up) and ``N`` in it, the expected number of
+first uses inside the window is ``F = G * q^M * (1 - q^N)``, ``q = 1 - 1/G``, and
+
+    hit rate = B * floor(S / B) * (1 - F / N) / (S + mean own tokens)
+
+(the ratio of the expected token sums, which the counters' ratio approaches over many
+requests). It assumes the cache holds all ``G`` prefixes at once (``G * S`` tokens well inside
+the KV cache; otherwise least-recently-used eviction lowers it). Worked example: ``G = 4``,
+``S = 1000``, ``B = 16``, 200 own tokens, ``M = 0``, ``N = 8``: ``floor(1000 / 16) = 62``
+blocks = 992 tokens; ``q = 0.75``, ``F = 4 * (1 - 0.75^8) = 3.5995``; hit rate
+``= 992 * (1 - 3.5995 / 8) / 1200 = 0.4547``; in steady state (``M`` large) ``992 / 1200 =
+0.8267``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["block_tokens", "blocks_needed", "expected_hit_rate", "prefix_tokens"]
+
+_PREFIX_KEY = 0x50524658  # separates prefix draws from request and arrival draws
+_BLOCK_KEY = 0x424C4B53  # and trace-block draws from both
+
+
+@functools.lru_cache(maxsize=2048)
+def _tokens(
+    seed: int, stream: int, key: int, kind: int, count: int, low: int, high: int
+) -> npt.NDArray[np.int64]:
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, stream, key, kind])))
+    tokens = rng.integers(low, high, size=count)
+    tokens.setflags(write=False)  # shared by every request that uses it
+    return tokens
+
+
+def prefix_tokens(
+    *, seed: int, stream: int, group: int, count: int, id_range: tuple[int, int]
+) -> npt.NDArray[np.int64]:
+    """The token ids of synthetic prefix ``group`` of ``stream`` (read-only)."""
+    return _tokens(seed, stream, group, _PREFIX_KEY, count, *id_range)
+
+
+def block_tokens(
+    *, seed: int, stream: int, hash_id: int, count: int, id_range: tuple[int, int]
+) -> npt.NDArray[np.int64]:
+    """The token ids of trace block ``hash_id`` of ``stream`` (read-only)."""
+    return _tokens(seed, stream, hash_id, _BLOCK_KEY, count, *id_range)
+
+
+def expected_hit_rate(
+    *,
+    groups: int,
+    shared_tokens: int,
+    own_tokens_mean: float,
+    block_tokens: int,
+    warmup_requests: float | None = None,
+    window_requests: float | None = None,
+) -> float:
+    """Expected fraction of prompt tokens served from the prefix cache (module docstring).
+
+    Args:
+        groups: distinct prefixes ``G``.
+        shared_tokens: tokens of each prefix ``S``.
+        own_tokens_mean: mean of the requests' own tokens (at least 1 each).
+        block_tokens: the cache's block size ``B``.
+        warmup_requests: requests of the probe before the window ``M``; None = steady state
+            (every group already cached).
+        window_requests: requests in the window ``N``; needed when ``warmup_requests`` is given.
+
+    Raises:
+        ValueError: a count out of range.
+    """
+    if groups < 1 or shared_tokens < 1 or block_tokens < 1 or own_tokens_mean < 1:
+        raise ValueError("groups, shared tokens, block size and own tokens must be at least 1")
+    cached = block_tokens * (shared_tokens // block_tokens)
+    seen = 1.0
+    if warmup_requests is not None:
+        if window_requests is None or window_requests <= 0 or warmup_requests < 0:
+            raise ValueError("give a positive window_requests with warmup_requests >= 0")
+        q = 1.0 - 1.0 / groups
+        first_uses = groups * q**warmup_requests * (1.0 - q**window_requests)
+        seen = 1.0 - first_uses / window_requests
+    return cached * seen / (shared_tokens + own_tokens_mean)
+
+
+def blocks_needed(input_tokens: int, block: int) -> int:
+    """Hash ids a trace row of ``input_tokens`` must carry with ``block``-token blocks."""
+    return math.ceil(input_tokens / block)
