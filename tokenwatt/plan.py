@@ -71,7 +71,7 @@ TRUTH_WARMUP_S = 60.0
 TRUTH_SEEDS = 5
 TRUTH_TOLERANCE = 0.002
 _TRUTH_SEED_BASE = 7000
-_TRUTH_VERSION = 1
+_TRUTH_VERSION = 2  # 2: the simulated engine has a prefix cache
 
 
 def engine_config(loaded: LoadedSpec) -> EngineConfig:

@@ -3,7 +3,7 @@
 The simulator serves vLLM's metric names (running, waiting, KV usage, preemptions, prefix-cache
 queries and hits), so the probe sees real values: below capacity (~15 req/s) the engine's own
 count agrees with Little's law, every scheduled request is accounted for, the tokens add up and
-the prefix cache (off) hits nothing; far above capacity the waiting queue grows.
+the prefix cache (on, as in vLLM) finds nothing in random prompts; far above capacity the waiting queue grows.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ async def test_probe_below_capacity_has_telemetry_and_passes_its_audits(capacity
     assert t.kv_cache_usage_mean_pct is not None
     assert 0 < t.kv_cache_usage_mean_pct <= t.kv_cache_usage_max_pct  # type: ignore[operator]
     assert t.preemptions == 0
-    assert t.prefix_cache_hit_rate_pct == 0.0  # prefix caching off: looked up, never hit
+    assert t.prefix_cache_hit_rate_pct == 0.0  # random prompts: looked up, never found
     assert t.spec_decode_acceptance_pct is None  # not exposed: not measured
     assert not queue_growing(t)
     assert record.batch_source == "metrics"

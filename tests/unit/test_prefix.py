@@ -7,11 +7,17 @@ import pytest
 from pydantic import ValidationError
 
 from tests import factories
+from tokenwatt.client.openai import GenerationRequest
 from tokenwatt.errors import SpecError
 from tokenwatt.load.prefix import expected_hit_rate
 from tokenwatt.load.workload import build_workload
 
 S = 40  # shared tokens
+
+
+def ids(request: GenerationRequest) -> list[int]:
+    assert request.prompt_ids is not None
+    return list(request.prompt_ids)
 
 
 def prefixed(groups=3, shared_tokens=S, api="completions", **workload):
@@ -70,12 +76,12 @@ def test_requests_share_their_groups_prefix_within_a_stream_only():
     requests = [work.request(i, stream=0) for i in range(30)]
     assert {r.input_tokens for r in requests} == {S + 10}  # input_tokens counts the own part
     assert all(work.lengths(i, stream=0) == (S + 10, 4) for i in range(30))
-    heads = Counter(tuple(r.prompt_ids[:S]) for r in requests)
+    heads = Counter(tuple(ids(r)[:S]) for r in requests)
     assert len(heads) == 3  # three groups, each drawn by several requests
     assert min(heads.values()) >= 2
-    assert len({tuple(r.prompt_ids[S:]) for r in requests}) == 30  # own parts are unique
+    assert len({tuple(ids(r)[S:]) for r in requests}) == 30  # own parts are unique
     # another probe (stream) has its own prefixes: it never starts warm from the one before
-    other = {tuple(work.request(i, stream=1).prompt_ids[:S]) for i in range(30)}
+    other = {tuple(ids(work.request(i, stream=1))[:S]) for i in range(30)}
     assert not other & heads.keys()
     # and the same request, made again, is the same bytes
     assert work.request(5, stream=0) == requests[5]
@@ -83,7 +89,7 @@ def test_requests_share_their_groups_prefix_within_a_stream_only():
 
 def test_groups_are_drawn_uniformly():
     work = build_workload(prefixed(groups=4, shared_tokens=16), context_tokens=4096)
-    counts = Counter(tuple(work.request(i).prompt_ids[:16]) for i in range(4000))
+    counts = Counter(tuple(ids(work.request(i))[:16]) for i in range(4000))
     assert len(counts) == 4
     # 1000 expected each; binomial sd = sqrt(4000 * 0.25 * 0.75) = 27.4, so 5 sd is 137
     assert all(abs(c - 1000) < 137 for c in counts.values())
@@ -142,22 +148,22 @@ ROWS = [
 
 def test_trace_blocks_are_identical_exactly_where_the_hash_ids_are(tmp_path):
     work = build_workload(trace(tmp_path, ROWS), context_tokens=4096)
-    p = [work.request(i).prompt_ids for i in range(4)]
+    p = [ids(work.request(i)) for i in range(4)]
     assert [len(x) for x in p] == [8, 7, 3, 6]
     assert p[0][:4] == p[1][:4] == p[3][:4]  # block 0
     assert p[0][4:] != p[1][4:7]  # blocks 1 and 2 differ
     assert p[2] == p[0][4:7]  # block 1 as its own prompt, cut to 3 tokens
     assert p[3] == p[0][:6]  # blocks 0 and 1, cut to 6
-    assert work.request(4).prompt_ids == p[0]  # rows repeat, as do their prompts
+    assert ids(work.request(4)) == p[0]  # rows repeat, as do their prompts
     # another stream (probe): other tokens, the same structure
-    q = [work.request(i, stream=9).prompt_ids for i in range(2)]
+    q = [ids(work.request(i, stream=9)) for i in range(2)]
     assert q[0][:4] == q[1][:4] != p[0][:4]
     assert "hash_ids as 4-token blocks" in work.describe()
 
 
 def test_trace_prefix_off_sends_unique_prompts_of_the_trace_lengths(tmp_path):
     work = build_workload(trace(tmp_path, ROWS, trace_prefix=False), context_tokens=4096)
-    p = [work.request(i).prompt_ids for i in range(4)]
+    p = [ids(work.request(i)) for i in range(4)]
     assert [len(x) for x in p] == [8, 7, 3, 6]
     assert p[0][:4] != p[1][:4]
     assert not work.shares_prefixes
@@ -167,7 +173,7 @@ def test_mooncake_prompts_follow_its_hash_ids(shared):
     path = shared / "data/traces/mooncake_fast25/conversation_trace.jsonl"
     s = factories.spec(engine={"endpoint": "sim", "model": "m"}, workload={"trace": str(path)})
     work = build_workload(s, context_tokens=200_000)
-    first, second = work.request(0).prompt_ids, work.request(1).prompt_ids
+    first, second = ids(work.request(0)), ids(work.request(1))
     assert len(first) == 6758  # its input_length; hash_ids [0, 1, ..., 13]
     assert len(second) == 7322  # hash_ids [0, 14, 15, ...]: block 0 shared
     assert first[:512] == second[:512]

@@ -60,6 +60,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--power-limit-w", type=float, help="board power limit per GPU, W")
     p.add_argument("--bandwidth-efficiency", type=float, help="fraction of rated bandwidth")
     p.add_argument("--compute-efficiency", type=float, help="fraction of peak FLOP/s")
+    p.add_argument("--block-size", type=int, help="tokens per KV-cache block (default 16)")
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reuse the KV blocks of identical token-id prefixes (default: on, as vLLM)",
+    )
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=run)
@@ -74,6 +81,8 @@ _SIM_OPTIONS = (
     "power_limit_w",
     "bandwidth_efficiency",
     "compute_efficiency",
+    "block_size",
+    "enable_prefix_caching",
 )
 """Options that set a field of ``engine.sim`` (:class:`~tokenwatt.schema.spec.SimSpec`)."""
 

@@ -410,9 +410,12 @@ class WorkloadSpec(StrictInputModel):
 
     @model_validator(mode="after")
     def _trace_options_need_a_trace(self) -> WorkloadSpec:
+        # Compared with the defaults, not with what was set: a dump with every field set (a run
+        # file's spec) must load again.
         if self.trace in BUILTIN_WORKLOADS:
+            defaults = WorkloadSpec.model_fields
             for name in ("trace_prefix", "trace_block_tokens"):
-                if name in self.model_fields_set:
+                if getattr(self, name) != defaults[name].default:
                     raise ValueError(
                         f"{name} is only used with a trace file, not the built-in {self.trace}"
                     )

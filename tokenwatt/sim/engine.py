@@ -9,7 +9,10 @@ admitted first-come first-served while there is budget, a free sequence slot
 ``gpu_memory_utilization × memory − weights − reserve`` bytes in blocks of ``block_size``
 tokens; when a running sequence needs a block and none is free, the most recently admitted
 sequence is preempted: its blocks are freed and it waits at the head of the queue to be
-recomputed (prompt plus the tokens it already produced).
+recomputed (prompt plus the tokens it already produced). With prefix caching on (vLLM's default,
+``engine.sim.enable_prefix_caching``), a request whose prompt came as token ids starts with
+the leading blocks the cache already holds, computes only the rest, and blocks nobody holds stay
+cached until a newer request needs the space (:mod:`tokenwatt.sim.prefix_cache`).
 
 Step time is a roofline: ``max(bytes ÷ (bandwidth × η_bw), FLOPs ÷ (peak × η_flop))``, stretched
 when the power model caps the clocks, plus a fixed per-step overhead (scheduling, launches,
@@ -31,7 +34,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,6 +48,7 @@ from tokenwatt.sim.power import (
     PowerMeter,
     PowerModel,
 )
+from tokenwatt.sim.prefix_cache import PrefixCache
 
 __all__ = [
     "EngineConfig",
@@ -72,7 +76,6 @@ DEFAULT_RESERVE_GB = 4.0  # activations, CUDA graphs, workspaces: not KV cache
 BUSY_POWER_FRACTION = 0.35
 MEMORY_POWER_FRACTION = 0.65
 COMPUTE_POWER_FRACTION = 0.80
-BLOCK_SIZE = 16
 # The context length served when neither the spec nor the model's config.json states one.
 DEFAULT_MAX_MODEL_LEN = 4096
 
@@ -112,6 +115,7 @@ class EngineConfig:
     compute_efficiency: float
     step_overhead_s: float
     power: PowerModel
+    enable_prefix_caching: bool = True
 
     @classmethod
     def build(
@@ -161,7 +165,7 @@ class EngineConfig:
                 or geometry.max_position_embeddings
                 or DEFAULT_MAX_MODEL_LEN
             ),
-            block_size=BLOCK_SIZE,
+            block_size=sim.block_size,
             gpu_memory_utilization=sim.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
             reserve_bytes_per_gpu=DEFAULT_RESERVE_GB * GB,
             bandwidth_efficiency=sim.bandwidth_efficiency or DEFAULT_BANDWIDTH_EFFICIENCY,
@@ -173,6 +177,7 @@ class EngineConfig:
             )
             / 1000.0,
             power=power,
+            enable_prefix_caching=sim.enable_prefix_caching,
         )
         config.check()
         return config
@@ -237,7 +242,8 @@ class EngineConfig:
             f" GB = {self.kv_capacity_tokens} tokens, max_num_seqs {self.max_num_seqs},"
             f" max_num_batched_tokens {self.max_num_batched_tokens}, overhead"
             f" {self.step_overhead_s * 1000:.1f} ms, eta_bw {self.bandwidth_efficiency:.2f},"
-            f" eta_flop {self.compute_efficiency:.2f}"
+            f" eta_flop {self.compute_efficiency:.2f}, {self.block_size}-token blocks, prefix"
+            f" caching {'on' if self.enable_prefix_caching else 'off'}"
         )
 
 
@@ -254,6 +260,7 @@ class SimRequest:
     __slots__ = (
         "aborted",
         "arrival_s",
+        "block_hashes",
         "blocks",
         "computed",
         "done",
@@ -261,11 +268,13 @@ class SimRequest:
         "first_scheduled_s",
         "first_token_s",
         "generated",
+        "held",
         "last_token_s",
         "listener",
         "max_tokens",
         "preemptions",
         "prompt_tokens",
+        "registered",
         "rid",
         "target_tokens",
     )
@@ -279,6 +288,7 @@ class SimRequest:
         target_tokens: int | None = None,
         arrival_s: float = 0.0,
         listener: Listener | None = None,
+        block_hashes: Sequence[int] | None = None,
     ) -> None:
         self.rid = rid
         self.prompt_tokens = prompt_tokens
@@ -289,6 +299,13 @@ class SimRequest:
         self.computed = 0
         self.generated = 0
         self.blocks = 0
+        """KV blocks the request holds alone (not through the prefix cache)."""
+        self.block_hashes = block_hashes
+        """Hashes of the prompt's full blocks (token-id prompts); None = nothing to share."""
+        self.held: list[int] = []
+        """Hashes of the cached blocks the request holds."""
+        self.registered = 0
+        """Leading prompt blocks already looked up or put in the cache."""
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
@@ -346,6 +363,10 @@ class EngineStats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     preemptions: int = 0
+    prefix_queried_tokens: int = 0
+    """Prompt tokens looked up in the prefix cache at admission (vLLM's queries)."""
+    prefix_hit_tokens: int = 0
+    """Prompt tokens found there (vLLM's hits)."""
     finished: dict[str, int] = field(
         default_factory=lambda: {"stop": 0, "length": 0, "abort": 0, "error": 0}
     )
@@ -375,6 +396,8 @@ class EngineCore:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.free_blocks = config.num_blocks
+        """KV blocks neither held by a request nor cached."""
+        self.cache = PrefixCache()
         self.stats = EngineStats()
         self.meter = PowerMeter(idle_w=config.power.idle_w, t0_s=t0_s)
         g = config.geometry
@@ -403,8 +426,7 @@ class EngineCore:
         self.stats.finished[reason] = self.stats.finished.get(reason, 0) + 1
         if reason != "abort":
             self.stats.e2e.observe(max(0.0, (req.last_token_s or req.arrival_s) - req.arrival_s))
-        self.free_blocks += req.blocks
-        req.blocks = 0
+        self._release(req)
         if req in self.running:
             self.running.remove(req)
         else:
@@ -424,6 +446,7 @@ class EngineCore:
         self.running = []
         self.waiting.clear()
         self.free_blocks = self.config.num_blocks
+        self.cache = PrefixCache()
 
     @property
     def has_work(self) -> bool:
@@ -432,16 +455,61 @@ class EngineCore:
 
     @property
     def kv_usage(self) -> float:
-        """Fraction of KV blocks in use."""
+        """Fraction of KV blocks held by requests (cached blocks nobody holds count as free)."""
         total = self.config.num_blocks
-        return (total - self.free_blocks) / total if total else 0.0
+        return (total - self.available_blocks) / total if total else 0.0
+
+    @property
+    def available_blocks(self) -> int:
+        """KV blocks a request could take: the free ones and the evictable cached ones."""
+        return self.free_blocks + self.cache.evictable
+
+    # ------------------------------------------------------------------------------------------
+    # Blocks
+
+    def _take(self, need: int) -> None:
+        """Take ``need`` blocks (at most :attr:`available_blocks`), evicting cached ones first."""
+        while self.free_blocks < need and self.cache.evict():
+            self.free_blocks += 1
+        self.free_blocks -= need
+
+    def _release(self, req: SimRequest) -> None:
+        """Let go of every block ``req`` holds: its own are freed, cached ones stay cached."""
+        self.free_blocks += req.blocks
+        req.blocks = 0
+        if req.held:
+            self.cache.release(req.held)
+            req.held = []
+        req.registered = 0
+
+    def _lookup(self, req: SimRequest) -> tuple[int, int]:
+        """(cached leading blocks of a waiting request, how many of them are evictable)."""
+        hashes = req.block_hashes
+        if not self.config.enable_prefix_caching or req.computed or not hashes:
+            return 0, 0
+        # vLLM computes the last token again (its logits are needed): whole blocks before it.
+        limit = (req.prompt_tokens + req.generated - 1) // self.config.block_size
+        return self.cache.lookup(hashes, limit)
+
+    def _register(self, req: SimRequest, upto_tokens: int) -> None:
+        """Put the prompt blocks that ``upto_tokens`` fills into the cache (in order)."""
+        hashes = req.block_hashes
+        if hashes is None or not self.config.enable_prefix_caching:
+            return
+        full = min(len(hashes), upto_tokens // self.config.block_size)
+        cache = self.cache
+        while req.registered < full:
+            h = hashes[req.registered]
+            req.registered += 1
+            if cache.insert(h):  # the request's own block becomes the cached copy
+                req.blocks -= 1
+                req.held.append(h)
 
     # ------------------------------------------------------------------------------------------
     # Scheduling
 
     def _preempt(self, victim: SimRequest) -> None:
-        self.free_blocks += victim.blocks
-        victim.blocks = 0
+        self._release(victim)
         victim.computed = 0
         victim.preemptions += 1
         self.stats.preemptions += 1
@@ -459,9 +527,9 @@ class EngineCore:
         while i < len(running) and budget > 0:
             req = running[i]
             n = min(req.prompt_tokens + req.generated - req.computed, budget)
-            need = -(-(req.computed + n) // bs) - req.blocks
+            need = -(-(req.computed + n) // bs) - req.blocks - len(req.held)
             self_preempted = False
-            while need > self.free_blocks:
+            while need > self.available_blocks:
                 victim = running.pop()
                 self._preempt(victim)
                 preempted = True
@@ -470,22 +538,35 @@ class EngineCore:
                     break
             if self_preempted:
                 break
-            self.free_blocks -= need
+            self._take(need)
             req.blocks += need
+            self._register(req, req.computed + n)
             entries.append((req, n))
             budget -= n
             i += 1
         if not preempted:
             while self.waiting and len(running) < cfg.max_num_seqs and budget > 0:
                 req = self.waiting[0]
-                n = min(req.prompt_tokens + req.generated - req.computed, budget)
-                need = -(-(req.computed + n) // bs) - req.blocks
-                if need > self.free_blocks:
+                hit, idle = self._lookup(req)
+                start = req.computed + hit * bs
+                n = min(req.prompt_tokens + req.generated - start, budget)
+                need = -(-(start + n) // bs) - hit - req.blocks
+                if need > self.available_blocks - idle:
                     break
                 self.waiting.popleft()
                 running.append(req)
-                self.free_blocks -= need
+                if cfg.enable_prefix_caching:
+                    self.stats.prefix_queried_tokens += req.prompt_tokens + req.generated
+                    self.stats.prefix_hit_tokens += hit * bs
+                if hit:
+                    assert req.block_hashes is not None
+                    req.held = list(req.block_hashes[:hit])
+                    self.cache.acquire(req.held)
+                    req.registered = hit
+                    req.computed = start
+                self._take(need)
                 req.blocks += need
+                self._register(req, start + n)
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = start_s
                     self.stats.queue.observe(start_s - req.arrival_s)
@@ -595,8 +676,7 @@ class EngineCore:
                 any_done = True
                 req.finish_reason = "length" if req.generated >= req.max_tokens else "stop"
                 st.finished[req.finish_reason] += 1
-                self.free_blocks += req.blocks
-                req.blocks = 0
+                self._release(req)
                 st.e2e.observe(end_s - req.arrival_s)
                 if req.generated > 1 and req.first_token_s is not None:
                     st.tpot.observe((end_s - req.first_token_s) / (req.generated - 1))

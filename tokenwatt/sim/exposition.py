@@ -66,19 +66,20 @@ def render_metrics(
         st.preemptions,
         labels,
     )
-    # No prefix caching (cache_config_info says so): every prompt token is looked up, none hit.
+    # Counted when a request is admitted (tokenwatt.sim.prefix_cache); both stay 0 with prefix
+    # caching off, as vLLM's do.
     w.simple(
         "vllm:prefix_cache_queries_total",
         "counter",
         "Prefix cache queries, in terms of number of queried tokens.",
-        st.prompt_tokens,
+        st.prefix_queried_tokens,
         labels,
     )
     w.simple(
         "vllm:prefix_cache_hits_total",
         "counter",
         "Prefix cache hits, in terms of number of cached tokens.",
-        0.0,
+        st.prefix_hit_tokens,
         labels,
     )
     w.simple(
@@ -173,7 +174,7 @@ def render_metrics(
         {
             "block_size": str(cfg.block_size),
             "cache_dtype": g.kv_dtype,
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(cfg.enable_prefix_caching),
             "engine": "0",
             "gpu_memory_utilization": str(cfg.gpu_memory_utilization),
             "kv_cache_memory_bytes": str(int(cfg.kv_capacity_bytes)),

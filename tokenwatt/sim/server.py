@@ -19,7 +19,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from pydantic import ValidationError
@@ -43,6 +43,7 @@ from tokenwatt.sim.api import (
 )
 from tokenwatt.sim.engine import EngineConfig, EngineCore, EngineLoop, SimRequest
 from tokenwatt.sim.exposition import SIM_VERSION, render_metrics
+from tokenwatt.sim.prefix_cache import block_hashes
 
 __all__ = ["SIM_VERSION", "SimApp", "serve"]
 
@@ -209,6 +210,7 @@ class SimApp:
             body = await self._json(request)
             req = CompletionRequest.model_validate(body)
             self._check_model(req.model)
+            hashes: list[int] | None = None
             if isinstance(req.prompt, str):
                 prompt_tokens = text_prompt_tokens(req.prompt)
                 seed_text = req.prompt
@@ -217,12 +219,17 @@ class SimApp:
                 if any(not isinstance(t, int) or t < 0 for t in req.prompt):
                     raise ApiError("token ids must be non-negative integers", param="prompt")
                 seed_text = ",".join(map(str, req.prompt[:64]))
+                if self.config.enable_prefix_caching:
+                    ids = cast("list[int]", req.prompt)  # _one_prompt: a str, or token ids
+                    hashes = block_hashes(ids, self.config.block_size)
             params = req.params()
-            # Only the counts go on: the prompt (up to tens of thousands of ints) is dropped
-            # now, not kept alive for the request's lifetime, which keeps garbage-collection
-            # pauses short.
+            # Only the counts (and block hashes) go on: the prompt (up to tens of thousands of
+            # ints) is dropped now, not kept alive for the request's lifetime, which keeps
+            # garbage-collection pauses short.
             del req, body
-            return await self._generate(params, prompt_tokens, seed_text, chat=False)
+            return await self._generate(
+                params, prompt_tokens, seed_text, chat=False, block_hashes=hashes
+            )
         except ApiError as err:
             return JSONResponse(error_body(err), status_code=err.status)
         except ValidationError as exc:
@@ -274,6 +281,7 @@ class SimApp:
         seed_text: str,
         *,
         chat: bool,
+        block_hashes: list[int] | None = None,
     ) -> Response:
         max_len = self.config.max_model_len
         if req.n != 1:
@@ -310,6 +318,7 @@ class SimApp:
             target_tokens=max(1, min(target, max_tokens)),
             arrival_s=time.monotonic(),
             listener=stream,
+            block_hashes=block_hashes,
         )
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
         self.loop.submit(sim_req)

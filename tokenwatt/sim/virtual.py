@@ -16,6 +16,12 @@ starts with an idle engine (as it does in practice: the previous probe's request
 when its window requests have finished). The running batch is the engine's own time average over
 the window (what ``vllm:num_requests_running`` sampled on ``/metrics`` approximates).
 
+The prefix cache sees what the HTTP simulator would: the block hashes of each request's token
+ids when the workload shares prefixes (:mod:`tokenwatt.load.prefix`), else one distinct key per
+block (random prompts share nothing, and building them would cost more than the whole step
+loop). Its counters at the window's ends become the probe's engine telemetry, so a virtual
+probe reports the prefix-cache hit rate as a measured one does.
+
 Without ``ignore_eos`` a simulated answer ends where the simulator's text would end it
 (:meth:`~tokenwatt.sim.api.TextSource.natural_length`, seeded by the prompt as the HTTP server
 seeds it), so the token counts agree with a real-time run of the same spec.
@@ -26,12 +32,13 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tokenwatt.client.openai import RequestResult
+from tokenwatt.client.openai import GenerationRequest, RequestResult
 from tokenwatt.load._shard import EarlyStopRule, ShardResult, tokens_inside
+from tokenwatt.load.engine_metrics import EngineMetrics, EngineReading
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
@@ -39,6 +46,7 @@ from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.sim.api import TextSource
 from tokenwatt.sim.engine import EngineConfig, EngineCore, SimRequest
+from tokenwatt.sim.prefix_cache import block_hashes
 from tokenwatt.sweep import ProbePlan
 
 __all__ = ["VirtualProbe", "VirtualServer"]
@@ -130,15 +138,34 @@ class VirtualServer:
         self._clock_ns = 0
         """Virtual monotonic clock: probes are laid end to end, as in a run."""
 
-    def _target_tokens(self, index: int, stream: int, max_tokens: int) -> int:
-        if self.ignore_eos:
-            return max_tokens
-        request = self.workload.request(index, stream=stream)
+    def _target_tokens(self, request: GenerationRequest | None, max_tokens: int) -> int:
+        if request is None:
+            return max_tokens  # ignore_eos: every answer runs to max_tokens
         if request.prompt_ids is not None:
             seed_text = ",".join(map(str, request.prompt_ids[:64]))
         else:
             seed_text = request.prompt_text or ""
         return max(1, min(max_tokens, TextSource(seed_text).natural_length()))
+
+    def _admission(
+        self, index: int, stream: int, rid: int, input_tokens: int, max_tokens: int
+    ) -> tuple[int, Sequence[int] | None]:
+        """(tokens the answer will have, the prompt's block hashes) of request ``index``."""
+        cfg = self.config
+        caching = cfg.enable_prefix_caching and self.workload.api == "completions"
+        shared = caching and self.workload.shares_prefixes
+        request = None
+        if not self.ignore_eos or shared:
+            request = self.workload.request(index, stream=stream)
+        hashes: Sequence[int] | None = None
+        if shared:
+            assert request is not None
+            assert request.prompt_ids is not None
+            hashes = block_hashes(request.prompt_ids, cfg.block_size)
+        elif caching:
+            full = input_tokens // cfg.block_size
+            hashes = range(rid << 32, (rid << 32) + full)
+        return self._target_tokens(None if self.ignore_eos else request, max_tokens), hashes
 
     def probe(
         self,
@@ -218,6 +245,7 @@ class VirtualServer:
             max_concurrency=1 << 30,
             running_samples=[run.running_mean] if run.running_mean is not None else None,
             stop=stop,
+            engine_readings=run.engine_readings(t0_ns),
         )
         return VirtualProbe(record=record, seconds=end_s)
 
@@ -270,6 +298,10 @@ class _ProbeRun:
         self.tpot_exceeding = 0
         self.stopped_s: float | None = None
         self.running_mean: float | None = None
+        self.marks: list[tuple[float, float, int, int]] = []
+        """(time, running_seq_s, prefix queried, prefix hit tokens) at the window's ends."""
+        self.prefix_end = (0.0, 0, 0)
+        """(time, prefix queried, prefix hit tokens) when the probe ended."""
         self.window_cut = 0
         self._deadlines: list[tuple[float, int]] = []
         self._ttft_due: list[tuple[float, int]] = []
@@ -290,13 +322,15 @@ class _ProbeRun:
         rid = len(self.tracked)
         rec.rid = rid
         self.tracked.append(rec)
+        target, hashes = self.server._admission(i, self.stream, rid, n_in, n_out)
         req = SimRequest(
             rid,
             prompt_tokens=n_in,
             max_tokens=n_out,
-            target_tokens=self.server._target_tokens(i, self.stream, n_out),
+            target_tokens=target,
             arrival_s=t_s,
             listener=rec,
+            block_hashes=hashes,
         )
         self._sim[rid] = req
         self.core.add(req)
@@ -312,7 +346,8 @@ class _ProbeRun:
         arrivals = self._arrivals()
         nxt: tuple[int, float] | None = next(arrivals)
         t = 0.0
-        marks: list[tuple[float, float]] = []  # (time, running_seq_s) at the window's ends
+        marks = self.marks
+        st = core.stats
         while True:
             while nxt is not None and nxt[1] <= t:
                 if nxt[1] >= self.w1:
@@ -324,7 +359,7 @@ class _ProbeRun:
             self._expire(t)
             self._collect(t)
             if len(marks) < 2 and t >= (self.w0, self.w1)[len(marks)]:
-                marks.append((t, core.stats.running_seq_s))
+                marks.append((t, st.running_seq_s, st.prefix_queried_tokens, st.prefix_hit_tokens))
             if self.stopped_s is not None or (
                 self.all_window_scheduled and self.window_pending == 0
             ):
@@ -340,10 +375,11 @@ class _ProbeRun:
             core.finish(plan, plan.end_s)
             t = plan.end_s
         end = t if self.stopped_s is None else self.stopped_s
+        self.prefix_end = (t, st.prefix_queried_tokens, st.prefix_hit_tokens)
         if len(marks) == 2 and marks[1][0] > marks[0][0]:
             # The engine's own time average of the running count over the window, between the
             # step boundaries nearest its ends (what the running-request gauge approximates).
-            (ta, ra), (tb, rb) = marks
+            (ta, ra, _, _), (tb, rb, _, _) = marks
             self.running_mean = max(0.0, (rb - ra) / (tb - ta))
         self._cut(end)
         return end
@@ -425,6 +461,37 @@ class _ProbeRun:
                 self.window_cut += 1
 
     # -- results ---------------------------------------------------------------------------
+
+    def engine_readings(self, t0_ns: int) -> list[EngineReading] | None:
+        """The prefix-cache counters at the window's ends, as two scrapes of ``/metrics``.
+
+        The window's end is the probe's when every window request finished before it (no request
+        after the window was admitted by then). None when the cache counts nothing (prefix
+        caching off) or the window was not reached: then a probe's record has no engine
+        telemetry, as before the cache existed.
+        """
+        if not self.marks or not self.server.config.enable_prefix_caching:
+            return None
+        ends = [(t, q, h) for t, _, q, h in self.marks]
+        if len(ends) == 1:
+            ends.append(self.prefix_end)
+        return [
+            EngineReading(
+                t_ns=t0_ns + round(t * _NS),
+                metrics=EngineMetrics(
+                    running=self.running_mean,
+                    waiting=None,
+                    kv_cache_usage=None,
+                    kv_cache_memory_bytes=None,
+                    prompt_tokens_total=None,
+                    generation_tokens_total=None,
+                    dialect="vllm",
+                    prefix_cache_hits_total=float(hits),
+                    prefix_cache_queries_total=float(queried),
+                ),
+            )
+            for t, queried, hits in ends
+        ]
 
     def shard_result(self, t0_ns: int) -> ShardResult:
         """What a shard would have measured."""
