@@ -25,6 +25,8 @@ from tokenwatt import capacity, compare, policy
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
+from tokenwatt.load.prefix import expected_hit_rate
+from tokenwatt.load.workload import CHAT_MIX_V1, mean_tokens
 from tokenwatt.schema.result import (
     CapacityFitSummary,
     ConfigAccuracy,
@@ -74,6 +76,9 @@ CHAT_MIX_V1_TEXT = {
     "output_tokens": "median 256 \u00b7 p90 1,024",
 }
 """How the built-in chat-mix-v1 workload's lengths read on a page."""
+
+_PAGE_BLOCK_TOKENS = 16
+"""Cache block size the page's expected hit rate assumes (vLLM's default on GPUs)."""
 
 _ROLE_ORDER = {"baseline": 0, "tuned": 1, "other": 2}
 _TRACE_POINTS_MAX = 300
@@ -342,6 +347,32 @@ def _tokens_text(count: TokenCount | None, trace: str, which: str) -> str:
         return f"uniform {count.min:,}\u2013{count.max:,}"
     assert isinstance(count, LognormalTokens)
     return f"median {count.median:,.0f} \u00b7 p90 {count.p90:,.0f}"
+
+
+def _prefix_text(spec: Spec) -> str | None:
+    """The shared prefixes, with the hit rate they should give (16-token blocks, steady state)."""
+    prefix = spec.workload.prefix
+    if prefix is None:
+        return None
+    text = (
+        f"{prefix.groups:,} \u00d7 {prefix.shared_tokens:,} tokens before each request's own"
+        " input tokens"
+    )
+    own = spec.workload.input_tokens
+    if own is None and spec.workload.trace == "chat-mix-v1":
+        own = CHAT_MIX_V1[0]
+    if own is None:
+        return f"{text} (own lengths from the trace)"
+    rate = expected_hit_rate(
+        groups=prefix.groups,
+        shared_tokens=prefix.shared_tokens,
+        own_tokens_mean=max(1.0, mean_tokens(own)),
+        block_tokens=_PAGE_BLOCK_TOKENS,
+    )
+    return (
+        f"{text}; expected prefix-cache hit rate {rate * 100:.1f} % ({_PAGE_BLOCK_TOKENS}-token"
+        " blocks, once every prefix is cached)"
+    )
 
 
 def _arrival_text(spec: Spec) -> str:
@@ -615,6 +646,7 @@ def build_result(
     model = ref.spec.model
     replicas = f"{model.replicas} replica{'s' if model.replicas != 1 else ''}"
     reproduce = "\n".join(r.run.command for r in runs) + "\n\n" + report_command
+    prefix_text = _prefix_text(ref.spec)
     try:
         draft = ResultFile(
             id=result_id or slugify(title),
@@ -647,6 +679,8 @@ def build_result(
                     ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
                 ),
                 arrival=_arrival_text(ref.spec),
+                # only when there are prefixes: a seed-shaped result stays byte for byte the seed's
+                **({"prefix": prefix_text} if prefix_text is not None else {}),
             ),
             power=power_block,
             accuracy=accuracy_block,

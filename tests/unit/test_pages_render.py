@@ -245,3 +245,13 @@ def test_launch_changes_show_the_arguments_dropped_and_added():
         "- 16",
         "+ 32 --enable-chunked-prefill",
     )
+
+
+def test_shared_prefixes_row_shows_only_when_the_workload_has_them(seed_path):
+    env = make_environment(REPO / "templates")
+    plain = render_result(view_of(seed_data(seed_path)), env=env, draw=lambda c, p: "<svg></svg>")
+    assert "Shared prefixes" not in plain
+    data = seed_data(seed_path)
+    data["workload"]["prefix"] = "4 × 450 tokens; expected prefix-cache hit rate 87.2 %"
+    text = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
+    assert "| Shared prefixes | 4 × 450 tokens; expected prefix-cache hit rate 87.2 % |" in text

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests import factories
-from tokenwatt import figures, policy, store
+from tokenwatt import figures, policy, report, store
 from tokenwatt.errors import ResultError
 from tokenwatt.report import QUICK_NOTE, LoadedRun, build_result, quote_arg, slugify
 from tokenwatt.schema.run import AccuracyItem
@@ -523,3 +523,23 @@ def test_preemptions_at_the_confirmed_rate_are_flagged_and_shown_on_the_page(rep
     )
     said = flags[0].split("': ", 1)[1]  # the page escapes the quotes around the label
     assert said in page
+
+
+def test_prefix_text_states_the_expected_hit_rate():
+    def text(**workload):
+        return report._prefix_text(factories.spec(workload=workload))
+
+    assert text() is None
+    prefix = {"groups": 4, "shared_tokens": 450}
+    # 28 whole 16-token blocks = 448 of 450 + 64 = 514 prompt tokens: 87.16 %
+    assert text(input_tokens=64, prefix=prefix) == (
+        "4 \u00d7 450 tokens before each request's own input tokens; expected prefix-cache hit"
+        " rate 87.2 % (16-token blocks, once every prefix is cached)"
+    )
+    # uniform 16-112: mean 64, the same
+    assert "87.2 %" in text(input_tokens={"dist": "uniform", "min": 16, "max": 112}, prefix=prefix)
+    trace = text(trace="t.jsonl", prefix=prefix)
+    assert (
+        trace
+        == "4 \u00d7 450 tokens before each request's own input tokens (own lengths from the trace)"
+    )

@@ -73,6 +73,7 @@ __all__ = [
     "Workload",
     "build_workload",
     "lognormal_params",
+    "mean_tokens",
     "read_trace",
     "token_id_range",
 ]
@@ -287,6 +288,18 @@ def _draw(dist: TokenCount | None, rng: np.random.Generator) -> int | None:
     if dist.max is not None:
         value = min(value, dist.max)
     return value
+
+
+def mean_tokens(dist: TokenCount, *, draws: int = 4000) -> float:
+    """The mean of a token count: exact for fixed and uniform, the mean of seeded draws else."""
+    if isinstance(dist, int):
+        return float(dist)
+    if isinstance(dist, FixedTokens):
+        return float(dist.value)
+    if isinstance(dist, UniformTokens):
+        return (dist.min + dist.max) / 2
+    rng = np.random.Generator(np.random.PCG64(_REQUEST_KEY))
+    return math.fsum(_draw(dist, rng) or 0 for _ in range(draws)) / draws
 
 
 class Workload:

@@ -105,6 +105,10 @@ class ResultWorkload(StrictModel):
     input_tokens: str
     output_tokens: str
     arrival: str
+    prefix: str | None = Field(
+        default=None,
+        description="Shared prefixes and the prefix-cache hit rate they should give, in words",
+    )
 
 
 class ResultPower(StrictModel):
