@@ -1,4 +1,8 @@
-"""``tokenwatt report RUN...``: combine run files into one result (results/<id>.json)."""
+"""``tokenwatt report RUN...``: combine run files into one result (results/<id>.json).
+
+``--fail-on`` makes the verdict the exit status (:mod:`tokenwatt.gate`); ``--json`` prints the
+verdict and figures as one JSON object on stdout, and every message on stderr.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tokenwatt import policy, store
+from tokenwatt import gate, policy, store
 from tokenwatt.cli._common import err_console, escape, out_console, result_id_arg, text_arg
 from tokenwatt.compare import FLEET_CARDS
 from tokenwatt.errors import ResultError
@@ -31,6 +35,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="combine run files into a result (results/<id>.json)",
         description="Recompute every figure from the run files, compare the configurations"
         " against the variance band and the accuracy gate, and write one result.",
+        epilog=f"Exit status: 0 written (and the gate passed); 2 bad input, nothing written;"
+        f" with --fail-on, after the result is written: {gate.EXIT_WORSE} the candidate is"
+        f" worse, {gate.EXIT_GATE_FAILED} it fails the accuracy gate (both levels),"
+        f" {gate.EXIT_INCONCLUSIVE} the verdict is inconclusive (--fail-on inconclusive only).",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run files (one baseline, <= 1 tuned)")
     p.add_argument("--title", required=True, type=text_arg, help="title of the result")
@@ -53,6 +61,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--force", action="store_true", help="replace an existing result file (only a result)"
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=gate.FAIL_ON_LEVELS,
+        help="CI gate: exit non-zero when the verdict says so. 'worse': exit"
+        f" {gate.EXIT_WORSE} if the candidate is worse, {gate.EXIT_GATE_FAILED} if it fails the"
+        f" accuracy gate; 'inconclusive': those, and {gate.EXIT_INCONCLUSIVE} if the data cannot"
+        " say. The result is written either way",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the verdict and each config's figures as one JSON object on stdout"
+        " (messages go to stderr)",
     )
     p.set_defaults(handler=run)
 
@@ -79,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         store.check_output(Path(args.out), kind="result", force=args.force)
     _refuse_repeated_files(args.runs)
     loaded = [LoadedRun(path, store.load_run(Path(path))) for path in args.runs]
+    if args.fail_on and not any(r.run.role == "tuned" for r in loaded):
+        raise ResultError(
+            f"--fail-on {args.fail_on}: no run has role 'tuned', so there is no verdict to gate"
+            " on; give the candidate's run file"
+        )
     command = report_command(
         args.runs,
         title=args.title,
@@ -98,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / f"{result.id}.json"
     store.check_output(out, kind="result", force=args.force)
     store.save_result(result, out)
-    con, err = out_console(), err_console()
+    err = err_console()
+    # With --json, stdout carries the JSON object alone: what a person reads goes to stderr.
+    con = err if args.json else out_console()
     con.print(f"wrote {escape(str(out))} (status: {result.status})")
     if result.verdict is not None:
         con.print(escape(result.verdict.text))
@@ -107,5 +136,14 @@ def run(args: argparse.Namespace) -> int:
     if result.mismatches:
         for mismatch in result.mismatches:
             err.print(f"[yellow]mismatch accepted[/yellow]: {escape(mismatch)}")
+    summary = gate.summarize(result, result_file=str(out), fail_on=args.fail_on)
+    if summary.exit_code:
+        assert result.verdict is not None  # a gate fails only on a verdict
+        err.print(
+            f"[red]--fail-on {args.fail_on}[/red]: the verdict is {result.verdict.outcome}"
+            f" (exit {summary.exit_code})"
+        )
+    if args.json:
+        sys.stdout.write(summary.model_dump_json() + "\n")
     sys.stdout.flush()
-    return 0
+    return summary.exit_code
