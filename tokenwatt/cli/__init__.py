@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from tokenwatt import __version__, redact
 from tokenwatt.cli import demo, measure, plan, report, schema, sim, suite, validate
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except TokenwattError as exc:
-        err.print(f"[red]{type(exc).__name__}[/red]: {exc}", markup=True)
+        # Escaped: a message may hold brackets ("tokenwatt[parquet]") that are not markup.
+        err.print(f"[red]{type(exc).__name__}[/red]: {escape(str(exc))}", markup=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("[red]Interrupted[/red]")
