@@ -37,6 +37,7 @@ from tokenwatt.schema.spec import BUILTIN_WORKLOADS, LoadedSpec, Spec
 
 __all__ = [
     "FileKind",
+    "atomic_write_bytes",
     "atomic_write_text",
     "cache_dir",
     "check_output",
@@ -397,7 +398,12 @@ def _os_reason(exc: OSError) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename.
+    """Write ``text`` to ``path`` atomically, as UTF-8 (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then rename.
 
     Either the old file (or none) or the whole new one is there afterwards, whatever fails.
 
@@ -417,8 +423,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
