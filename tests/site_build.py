@@ -2,18 +2,22 @@
 
 The configuration inherits the repository's mkdocs.yml (theme, extensions, pages) and points the
 plugin at a results folder of the test's own, so a test controls exactly which result files the
-build sees.
+build sees. Every build of one test session shares one chart cache in a temporary folder (never
+the user's): a chart drawn by one test's build is read back by the next.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,12 +56,21 @@ def write_config(tmp: Path, results_dir: Path, **plugin_options: Any) -> Path:
     return path
 
 
+@functools.cache
+def session_cache() -> Path:
+    """The cache folder of this test session's builds (removed at exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="tokenwatt-test-cache-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def mkdocs_build(
     config: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``mkdocs build --strict -f config``, as the README's command runs it."""
     environ = {k: v for k, v in os.environ.items() if k != "TOKENWATT_STRICT_PUBLISH"}
     environ["NO_MKDOCS_2_WARNING"] = "1"
+    environ["TOKENWATT_CACHE"] = str(session_cache())
     environ.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config)],

@@ -356,9 +356,20 @@ def dump_run(run: RunFile) -> dict[str, Any]:
 
 
 def cache_dir() -> Path:
-    """The user's cache folder for tokenwatt: ``$TOKENWATT_CACHE``, else ``~/.cache/tokenwatt``."""
+    """The user's cache folder for tokenwatt.
+
+    ``$TOKENWATT_CACHE``, else ``$XDG_CACHE_HOME/tokenwatt`` (the XDG base-directory rule), else
+    ``~/.cache/tokenwatt``. It holds the simulator's ground truths, drawn charts and recovery
+    files; everything in it but the recovery files can be deleted at any time.
+    """
     root = os.environ.get("TOKENWATT_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "tokenwatt"
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG rule: a relative path is invalid and must be ignored.
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "tokenwatt"
+    return Path.home() / ".cache" / "tokenwatt"
 
 
 def check_output(path: Path, *, kind: Literal["run", "result"], force: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 
 from tests.html_dom import Node, parse
 from tests.result_factories import full_mode_data, hostile_data, seed_data
-from tests.site_build import REPO, build_site, mkdocs_build, write_config, write_results
+from tests.site_build import (
+    REPO,
+    build_site,
+    mkdocs_build,
+    session_cache,
+    write_config,
+    write_results,
+)
 from tokenwatt.pages.render import fmt_number
 
 SEED_PAGE = "results/h100-qwen3-30b-a3b-moe-kernel-tuning/index.html"
@@ -417,6 +425,7 @@ def test_missing_methodology_module_fails_the_build(tmp_path, seed_path, monkeyp
 
     from tokenwatt.pages import methodology
 
+    monkeypatch.setenv("TOKENWATT_CACHE", str(session_cache()))
     monkeypatch.setattr(
         methodology, "SECTIONS", (*methodology.SECTIONS, ("Sweep", "tokenwatt.not_merged_yet"))
     )
@@ -425,6 +434,43 @@ def test_missing_methodology_module_fails_the_build(tmp_path, seed_path, monkeyp
     with pytest.raises(Abort):
         build(config)
     assert "cannot import tokenwatt.not_merged_yet" in caplog.text
+
+
+# -- the chart cache ------------------------------------------------------------------------------
+
+
+CHARTS_LOG = re.compile(r"tokenwatt: charts: (\d+) drawn, (\d+) from the cache in (\S+)")
+
+
+def test_second_build_reads_the_charts_from_the_cache_and_redraws_a_damaged_one(
+    tmp_path, seed_path
+):
+    cache = tmp_path / "cache"
+    results = write_results(tmp_path / "results", {"full.json": full_mode_data(seed_path)})
+    config = write_config(tmp_path, results)
+
+    def build() -> tuple[int, int, str]:
+        done = mkdocs_build(config, env={"TOKENWATT_CACHE": str(cache)})
+        assert done.returncode == 0, done.stderr
+        found = CHARTS_LOG.search(done.stderr)
+        assert found, done.stderr
+        assert found.group(3) == str(cache / "charts")
+        return (
+            int(found.group(1)),
+            int(found.group(2)),
+            (tmp_path / "public" / FULL_PAGE).read_text(),
+        )
+
+    drawn, cached, cold_page = build()
+    entries = sorted((cache / "charts").iterdir())
+    assert drawn == len(entries) >= 5
+    assert cached == 0
+    entries[0].write_text("<svg>cut short")
+    drawn_again, cached_again, warm_page = build()
+    assert (drawn_again, cached_again) == (1, drawn - 1)
+    assert warm_page == cold_page  # the same page, whether drawn or read back
+    assert sorted((cache / "charts").iterdir()) == entries
+    assert entries[0].read_text().rstrip().endswith("</svg>")
 
 
 # -- the repository itself -----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,7 +18,7 @@ import altair as alt
 
 from tokenwatt.schema.result import ConfigResult, ResultFile
 
-__all__ = ["Chart", "chart_names", "charts_for", "to_svg"]
+__all__ = ["Chart", "chart_names", "charts_for", "draw_svg", "to_svg"]
 
 _WIDTH = 560
 _HEIGHT = 260
@@ -542,15 +542,27 @@ def charts_for(result: ResultFile, *, validate: bool = False) -> list[Chart]:
 _ID = re.compile(r'\bid="([^"]+)"')
 
 
-def to_svg(chart: Chart, *, id_prefix: str) -> str:
+def draw_svg(chart: Chart) -> str:
+    """Draw a chart with vl-convert, as the SVG document it gives (ids not yet prefixed)."""
+    import vl_convert
+
+    svg: str = vl_convert.vegalite_to_svg(chart.spec)
+    return svg
+
+
+def to_svg(chart: Chart, *, id_prefix: str, draw: Callable[[Chart], str] = draw_svg) -> str:
     """Draw a chart as an SVG document to inline in a page.
 
     SVG ids (clip paths, gradients) are document-wide, and every chart vl-convert draws numbers
     them from 1: two charts on one page would clip each other. Each id is therefore prefixed.
-    """
-    import vl_convert
 
-    svg: str = vl_convert.vegalite_to_svg(chart.spec)
+    Args:
+        chart: the chart.
+        id_prefix: unique in the page.
+        draw: gives the chart's SVG as vl-convert draws it (:func:`draw_svg`, or a cache of it:
+            :mod:`tokenwatt.pages.chart_cache`).
+    """
+    svg = draw(chart)
     ids = set(_ID.findall(svg))
     if ids:
         pattern = re.compile(

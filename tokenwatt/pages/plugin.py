@@ -5,7 +5,8 @@ Thin hooks over :mod:`tokenwatt.pages.render` and :mod:`tokenwatt.pages.methodol
 - ``on_config`` reads the options and loads the templates.
 - ``on_files`` validates every result file with the project's models (an invalid one fails the
   build, naming the file and the field), recomputes publishability, and adds each page as a
-  generated file, in memory: nothing generated is written into the docs folder.
+  generated file, in memory: nothing generated is written into the docs folder. Charts are drawn
+  through the chart cache (:mod:`tokenwatt.pages.chart_cache`), outside the repository.
 - ``on_page_markdown`` puts the result tables into the index page and the definitions into the
   methodology page, where their markers are.
 
@@ -32,7 +33,8 @@ from mkdocs.structure.pages import Page
 
 from tokenwatt import store
 from tokenwatt.errors import TokenwattError
-from tokenwatt.pages import methodology, render
+from tokenwatt.pages import charts, methodology, render
+from tokenwatt.pages.chart_cache import ChartCache, chart_cache_dir
 
 __all__ = [
     "INDEX_MARKER",
@@ -90,6 +92,7 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
         self.views: list[render.ResultView] = []
         self.strict = False
         self._env: jinja2.Environment | None = None
+        self.chart_cache: ChartCache | None = None
 
     @property
     def env(self) -> jinja2.Environment:
@@ -104,7 +107,15 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
             return config
         self.strict = self.config.strict_publish or strict_from_env(os.environ)
         self._env = render.make_environment(Path(self.config.templates_dir))
+        self.chart_cache = ChartCache(chart_cache_dir())
         return config
+
+    def _draw(self, chart: charts.Chart, id_prefix: str) -> str:
+        """Draw a chart through the cache (on_config made it)."""
+        cache = self.chart_cache
+        if cache is None:
+            raise PluginError("tokenwatt plugin: charts drawn before on_config set up the cache")
+        return charts.to_svg(chart, id_prefix=id_prefix, draw=cache.svg)
 
     def _load(self) -> list[render.ResultView]:
         results_dir = Path(self.config.results_dir)
@@ -164,13 +175,20 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
                     f" generated page of {view.source}; remove or rename it"
                 )
             try:
-                content = render.render_result(view, env=self.env)
+                content = render.render_result(view, env=self.env, draw=self._draw)
             except TokenwattError as exc:
                 raise PluginError(f"{view.source}: {exc}") from exc
             generated = File.generated(config, view.page_uri, content=content)
             generated.generated_by = "tokenwatt"
             files.append(generated)
         logger.info("tokenwatt: %d result page(s) generated", len(self.views))
+        if self.chart_cache is not None:
+            logger.info(
+                "tokenwatt: charts: %d drawn, %d from the cache in %s",
+                self.chart_cache.misses,
+                self.chart_cache.hits,
+                self.chart_cache.folder,
+            )
         return files
 
     def on_serve(
