@@ -5,9 +5,10 @@
 
 The results are the full-mode test result (every chart: goodput, p99 TTFT and TPOT against rate,
 power over time, tokens per joule) with varied ids and numbers; one in five is the quick-mode
-seed and one in ten simulated, so all three index sections fill. The site is built twice on one
-fresh chart cache (its own temporary folder, never the user's): cold (every chart drawn), then
-warm (the same results again: every chart read back). Prints one JSON line.
+seed and one in ten simulated, so all three index sections fill; each result's config labels name
+it, so no two results share a chart. The site is built twice on one fresh chart cache (its own
+temporary folder, never the user's): cold (every chart drawn), then warm (the same results
+again: every chart read back). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def generate(count: int) -> dict[str, dict]:
         scale = 1 + (i % 37) / 100
         for config in data["configs"]:
             config["goodput_tok_s"] = round(config["goodput_tok_s"] * scale, 1)
+            # Every chart names its configs: each result's charts are its own, as measured
+            # results' are, so a cold build draws every one of them.
+            config["label"] = f"{config['label']} (result {i})"
         if i % 10 == 9:
             data["simulated"] = True
         results[f"bench-{i:04d}.json"] = data
