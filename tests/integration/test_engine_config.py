@@ -44,7 +44,7 @@ async def test_the_simulator_reports_its_cache_config_and_context(sim):
     assert config.max_model_len == 40960  # Qwen3-8B's max_position_embeddings
     (cache,) = config.info
     assert cache.name == "vllm:cache_config_info"
-    assert cache.labels["enable_prefix_caching"] == "False"
+    assert cache.labels["enable_prefix_caching"] == "True"  # on by default, as in vLLM
     assert int(cache.labels["num_gpu_blocks"]) > 0
 
 

@@ -85,7 +85,7 @@ def test_quick_run_end_to_end(repo: Path, tmp_path: Path):
     assert reported.metrics_source == "GET /metrics"
     assert reported.max_model_len is not None
     assert [g.name for g in reported.info] == ["vllm:cache_config_info"]
-    assert reported.info[0].labels["enable_prefix_caching"] == "False"
+    assert reported.info[0].labels["enable_prefix_caching"] == "True"  # on by default, as in vLLM
     assert env.spec_sha256 == hashlib.sha256((repo / SPEC).read_bytes()).hexdigest()
     assert env.gpus
     assert all("(simulated)" in g.name for g in env.gpus)

@@ -1,11 +1,14 @@
 """Real vLLM preempting requests when its KV cache is full, as a probe's telemetry counts it.
 
 The ``vllm_server_prefix_caching`` fixture has a KV cache of 5,120 tokens (40 blocks of 128).
-A request of 768 prompt and 384 output tokens needs up to 9 blocks, so no more than four can
-all grow at once. At 4 req/s dozens are in flight: vLLM preempts (frees a request's blocks and
-recomputes it later), and the probe's engine telemetry must count it from vLLM's own
-``vllm:num_preemptions_total``. Short requests at a low rate on the same server: none. (What
-the result and its page say about preemptions at the confirmed rate: tests/unit/test_report.py.)
+A prompt of 1,024 tokens fills exactly 8 blocks, so five admitted prompts fill the cache and
+the first decoded token of any of them needs a block nobody has: vLLM preempts (frees a
+request's blocks and recomputes it later). At 4 req/s of such requests (384 output tokens
+each) that happens throughout the window, and the probe's engine telemetry must count it from
+vLLM's own ``vllm:num_preemptions_total`` between the window's first and last scrape (with
+768-token prompts it once preempted only after the last). Short requests at a low rate on the
+same server: none. (What the result and its page say about preemptions at the confirmed rate:
+tests/unit/test_report.py.)
 
 Probes, not a measure run: the server and the load generator share two cores, so a run this
 heavy can be client-bound and confirm no rate; the counter does not depend on that.
@@ -36,7 +39,7 @@ async def _probe(base_url: str, *, input_tokens: int, output_tokens: int, rate_r
         spec.engine, work, metrics_url=f"{base_url}/metrics", workers=1
     ) as gen:
         record: ProbeRecord = await gen.probe(
-            ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=1.0, window_s=6.0),
+            ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=1.0, window_s=8.0),
             index=0,
             slo=spec.slo,
         )
@@ -50,7 +53,7 @@ async def test_a_full_kv_cache_preempts_and_the_probe_counts_it(vllm_server_pref
     url = vllm_server_prefix_caching.base_url
     calm = await _probe(url, input_tokens=32, output_tokens=8, rate_rps=1.0)
     assert calm.preemptions == 0, calm
-    full = await _probe(url, input_tokens=768, output_tokens=384, rate_rps=4.0)
+    full = await _probe(url, input_tokens=1024, output_tokens=384, rate_rps=4.0)
     assert full.preemptions is not None
     assert full.preemptions > 0, full
     assert full.kv_cache_usage_max_pct is not None  # the gauge, as far as the scrapes caught it
