@@ -3,7 +3,7 @@
 The ``vllm_server_prefix_caching`` fixture has a KV cache of 5,120 tokens (40 blocks of 128).
 A prompt of 1,024 tokens fills exactly 8 blocks, so five admitted prompts fill the cache and
 the first decoded token of any of them needs a block nobody has: vLLM preempts (frees a
-request's blocks and recomputes it later). At 4 req/s of such requests (384 output tokens
+request's blocks and recomputes it later). At 3 req/s of such requests (384 output tokens
 each) that happens throughout the window, and the probe's engine telemetry must count it from
 vLLM's own ``vllm:num_preemptions_total`` between the window's first and last scrape (with
 768-token prompts it once preempted only after the last). Short requests at a low rate on the
@@ -27,7 +27,9 @@ from tokenwatt.sweep import ProbePlan
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
 
 
-async def _probe(base_url: str, *, input_tokens: int, output_tokens: int, rate_rps: float):
+async def _probe(
+    base_url: str, *, input_tokens: int, output_tokens: int, rate_rps: float, window_s: float
+):
     spec = factories.spec(
         engine={"endpoint": f"{base_url}/v1", "model": "tiny", "ignore_eos": True},
         workload={"input_tokens": input_tokens, "output_tokens": output_tokens, "seed": 31},
@@ -39,21 +41,21 @@ async def _probe(base_url: str, *, input_tokens: int, output_tokens: int, rate_r
         spec.engine, work, metrics_url=f"{base_url}/metrics", workers=1
     ) as gen:
         record: ProbeRecord = await gen.probe(
-            ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=1.0, window_s=8.0),
+            ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=1.0, window_s=window_s),
             index=0,
             slo=spec.slo,
         )
     assert record.failed == 0, record.failure_examples
     assert record.engine is not None
-    assert record.engine.samples >= 3, record.engine
+    assert record.engine.samples >= 2, record.engine  # a first and a last reading
     return record.engine
 
 
 async def test_a_full_kv_cache_preempts_and_the_probe_counts_it(vllm_server_prefix_caching):
     url = vllm_server_prefix_caching.base_url
-    calm = await _probe(url, input_tokens=32, output_tokens=8, rate_rps=1.0)
+    calm = await _probe(url, input_tokens=32, output_tokens=8, rate_rps=1.0, window_s=4.0)
     assert calm.preemptions == 0, calm
-    full = await _probe(url, input_tokens=1024, output_tokens=384, rate_rps=4.0)
+    full = await _probe(url, input_tokens=1024, output_tokens=384, rate_rps=3.0, window_s=14.0)
     assert full.preemptions is not None
     assert full.preemptions > 0, full
     assert full.kv_cache_usage_max_pct is not None  # the gauge, as far as the scrapes caught it
