@@ -44,7 +44,17 @@ FAULTS = (
     "json_body",  # a 200 JSON body where a stream was asked
     "close_on_reuse",  # closes a keep-alive connection when its second request arrives
     "comments",  # SSE comment lines (keep-alive pings) between events
+    "reasoning",  # chat deltas: reasoning_content, a pause, then content; usage counts reasoning
+    "reasoning_no_details",  # the same with vLLM's newer "reasoning" name and no reasoning count
 )
+
+REASONING_PAUSE_S = 0.2
+"""The ``reasoning`` faults' pause between the last reasoning delta and the first answer."""
+
+
+def reasoning_split(n: int) -> int:
+    """Reasoning tokens of a ``reasoning`` stream of ``n`` tokens (the rest is the answer)."""
+    return max(1, n // 2)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -63,16 +73,22 @@ def _token(text: str = " tok", finish: str | None = None) -> dict[str, object]:
     }
 
 
-def _usage(prompt: int, completion: int) -> dict[str, object]:
+def _usage(prompt: int, completion: int, reasoning: int | None = None) -> dict[str, object]:
+    usage: dict[str, object] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return {"id": "cmpl-1", "object": "text_completion", "choices": [], "usage": usage}
+
+
+def _delta(field: str, text: str, finish: str | None = None) -> dict[str, object]:
     return {
-        "id": "cmpl-1",
-        "object": "text_completion",
-        "choices": [],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {field: text}, "finish_reason": finish}],
     }
 
 
@@ -299,6 +315,23 @@ class FaultServer:
             ).encode()
             w(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
             w(f"content-length: {len(answer)}\r\n\r\n".encode() + answer)
+        elif fault in ("reasoning", "reasoning_no_details"):
+            # vLLM's chat shape: a role-only chunk (no text), the thinking, then the answer.
+            field = "reasoning_content" if fault == "reasoning" else "reasoning"
+            think = reasoning_split(n)
+            role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+            head = [_event(role)] + [_event(_delta(field, " hmm")) for _ in range(think)]
+            w(HEAD_CHUNKED + b"".join(_chunk(e) for e in head))
+            await writer.drain()
+            await asyncio.sleep(REASONING_PAUSE_S)
+            answer = n - think
+            tail = [
+                _event(_delta("content", " ok", "length" if i == answer - 1 else None))
+                for i in range(answer)
+            ]
+            tail.append(_event(_usage(n_prompt, n, think if fault == "reasoning" else None)))
+            tail.append(b"data: [DONE]\n\n")
+            w(b"".join(_chunk(e) for e in tail) + b"0\r\n\r\n")
         elif fault == "comments":
             events = _stream(n, n_prompt)
             mixed = [b": ping\n\n" + e for e in events]

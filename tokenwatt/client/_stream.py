@@ -6,6 +6,13 @@ copes with what real servers do differently: ``usage`` in a separate last chunk 
 or on the chunk with ``finish_reason`` (llama-server, transformers serve), no ``[DONE]`` at all
 (transformers serve), several tokens in one event (event count != token count), error events
 (``event: error``, ``{"error": ...}`` or ``{"object": "error"}``), and streams cut short.
+
+Reasoning models stream their thinking as chat deltas named ``reasoning_content`` (vLLM,
+SGLang, DeepSeek) or ``reasoning`` (vLLM's newer name, OpenRouter, gpt-oss servers) before the
+answer's ``content``. A chunk carrying either is output (TTFT counts it); the first chunk
+carrying ``content`` (or a completion's ``text``) is the first *answer* token (TTFAT). Reasoning
+tokens come from ``usage.completion_tokens_details.reasoning_tokens`` where the server gives it,
+else from the count of reasoning chunks, marked approximate.
 """
 
 from __future__ import annotations
@@ -76,6 +83,17 @@ class RequestResult:
     """Arrival of the first chunk that carried output text."""
     t_last_ns: int | None = None
     """Arrival of the last chunk that carried output text."""
+    t_first_answer_ns: int | None = None
+    """Arrival of the first chunk that carried answer text (``content`` or ``text``, not
+    reasoning)."""
+    reasoning_events: int = 0
+    """Chunks that carried reasoning text and no answer text."""
+    reasoning_tokens: int = 0
+    """Reasoning tokens: the server's ``completion_tokens_details.reasoning_tokens`` when given,
+    else :attr:`reasoning_events`; part of ``output_tokens``."""
+    reasoning_tokens_approx: bool = False
+    """True when ``reasoning_tokens`` was counted from chunks that carried reasoning (the server
+    gave no count of its own)."""
     chunk_ns: array[int] = field(default_factory=lambda: array("q"))
     """Arrival time of every content chunk (an event with output text); 8 bytes each, as a
     long window at a high token rate holds millions of them."""
@@ -112,6 +130,18 @@ class RequestResult:
         if self.t_first_ns is None:
             return None
         return (self.t_first_ns - self.t_send_ns) / _NS_PER_MS
+
+    @property
+    def ttfat_ms(self) -> float | None:
+        """First answer chunk minus t_send, ms (None without answer text)."""
+        if self.t_first_answer_ns is None:
+            return None
+        return (self.t_first_answer_ns - self.t_send_ns) / _NS_PER_MS
+
+    @property
+    def answer_tokens(self) -> int:
+        """Output tokens that were not reasoning."""
+        return max(0, self.output_tokens - self.reasoning_tokens)
 
     @property
     def tpot_ms(self) -> float | None:
@@ -249,12 +279,33 @@ def _parse_payloads(payloads: list[bytes]) -> list[Any] | None:
     return parsed
 
 
-def _delta_text(choice: dict[str, Any]) -> Any:
-    """Text of a chat delta; reasoning tokens are output tokens too (usage counts them)."""
+_ANSWER, _REASONING = 2, 1
+
+
+def _choice_kind(choice: dict[str, Any]) -> int:
+    """What a choice carries: :data:`_ANSWER` text, only :data:`_REASONING` text, or 0.
+
+    Reasoning tokens are output tokens too (usage counts them), so both make a content chunk.
+    """
+    if choice.get("text"):
+        return _ANSWER
     delta = choice.get("delta")
     if type(delta) is not dict:
+        return 0
+    if delta.get("content"):
+        return _ANSWER
+    if delta.get("reasoning_content") or delta.get("reasoning"):
+        return _REASONING
+    return 0
+
+
+def _reasoning_usage(usage: dict[str, Any]) -> int | None:
+    """``usage.completion_tokens_details.reasoning_tokens``, if the server gave a count."""
+    details = usage.get("completion_tokens_details")
+    if type(details) is not dict:
         return None
-    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+    value = details.get("reasoning_tokens")
+    return value if type(value) is int and value >= 0 else None
 
 
 class StreamState:
@@ -280,8 +331,10 @@ class StreamState:
         "_finish_reason",
         "_got_done",
         "_mode",
+        "_reasoning_events",
         "_status",
         "_t_first",
+        "_t_first_answer",
         "_usage",
         "ignore_eos",
         "index",
@@ -319,6 +372,8 @@ class StreamState:
         self._body = bytearray()
         self._chunks: array[int] = array("q")
         self._t_first: int | None = None
+        self._t_first_answer: int | None = None
+        self._reasoning_events = 0
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._got_done = False
@@ -437,6 +492,7 @@ class StreamState:
         completion = usage.get("completion_tokens")
         prompt = usage.get("prompt_tokens")
         usage_out = completion if isinstance(completion, int) and completion >= 0 else None
+        usage_reasoning = _reasoning_usage(usage)
         chunks = self._chunks
         return RequestResult(
             index=self.index,
@@ -447,6 +503,10 @@ class StreamState:
             http_status=self._status,
             t_first_ns=self._t_first,
             t_last_ns=chunks[-1] if chunks else None,
+            t_first_answer_ns=self._t_first_answer,
+            reasoning_events=self._reasoning_events,
+            reasoning_tokens=self._reasoning_events if usage_reasoning is None else usage_reasoning,
+            reasoning_tokens_approx=usage_reasoning is None and self._reasoning_events > 0,
             chunk_ns=chunks,
             output_tokens=usage_out if usage_out is not None else len(chunks),
             output_tokens_approx=usage_out is None,
@@ -505,19 +565,23 @@ class StreamState:
             return
         choices = obj.get("choices")
         if choices:
-            has_text = False
+            kind_seen = 0
             for choice in choices:
                 if type(choice) is not dict:
                     continue
-                if choice.get("text") or _delta_text(choice):
-                    has_text = True
+                kind_seen = max(kind_seen, _choice_kind(choice))
                 reason = choice.get("finish_reason")
                 if reason:
                     self._finish_reason = str(reason)
-            if has_text:
+            if kind_seen:
                 if self._t_first is None:
                     self._t_first = t_ns
                 self._chunks.append(t_ns)
+                if kind_seen == _ANSWER:
+                    if self._t_first_answer is None:
+                        self._t_first_answer = t_ns
+                else:
+                    self._reasoning_events += 1
         usage = obj.get("usage")
         if type(usage) is dict:
             self._usage = usage
