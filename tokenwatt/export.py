@@ -205,10 +205,12 @@ _REQUEST_COLUMNS: tuple[tuple[str, ColumnKind], ...] = (
     ("t_sched_s", "float"),
     ("send_lag_ms", "float"),
     ("ttft_ms", "float"),
+    ("ttfat_ms", "float"),
     ("tpot_ms", "float"),
     ("e2e_ms", "float"),
     ("input_tokens", "int"),
     ("output_tokens", "int"),
+    ("reasoning_tokens", "int"),
     ("status", "str"),
 )
 
@@ -227,8 +229,11 @@ def _requests(probes: Sequence[ProbeRecord]) -> Table:
         cols["request"] += list(range(n))
         for name in ("t_sched_s", "send_lag_ms", "ttft_ms", "tpot_ms", "e2e_ms"):
             cols[name] += getattr(table, name)
+        # No reasoning column: the probe streamed none, so TTFAT is TTFT and no token reasoned.
+        cols["ttfat_ms"] += table.ttfat_ms if table.ttfat_ms is not None else table.ttft_ms
         cols["input_tokens"] += table.input_tokens
         cols["output_tokens"] += table.output_tokens
+        cols["reasoning_tokens"] += table.reasoning_tokens or [0] * n
         cols["status"] += table.status
     return Table("requests", tuple(Column(n, k, cols[n]) for n, k in _REQUEST_COLUMNS))
 

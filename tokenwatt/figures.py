@@ -10,6 +10,10 @@ a file whose summary fields say something else. Definitions (methodology page):
   (0 when no rate was confirmed).
 - **p99 TTFT / TPOT of a configuration**: nearest rank over the window requests of the accepted
   confirmation's repeats pooled, failures as +inf (:func:`tokenwatt.metrics.pooled_latency_stats`).
+- **p99 TTFAT and reasoning share** (reasoning models): the same pooling over the time to first
+  answer token, and reasoning tokens as a percentage of the output tokens of the successful
+  confirmation-window requests; both null when no confirmation-window request streamed
+  reasoning. Measured and reported, not judged: the SLO bounds TTFT and TPOT only.
 - **SLO capacity**: :mod:`tokenwatt.capacity`, from every probe.
 - **Power and energy**: :mod:`tokenwatt.energy`, over the accepted confirmation's windows.
 - **Engine telemetry at the confirmed rate**: over the accepted confirmation's windows
@@ -49,7 +53,7 @@ from tokenwatt.schema.result import (
     PowerValidity,
     ResultFile,
 )
-from tokenwatt.schema.run import ProbeRecord, RunFile
+from tokenwatt.schema.run import LatencyStats, ProbeRecord, RunFile
 from tokenwatt.telemetry import queue_growing
 
 __all__ = [
@@ -92,6 +96,12 @@ class OutcomeFigures:
     slo_pass_count: int
     approximate_output_requests: int
     """Confirmation-window requests whose output tokens were counted from chunks."""
+    ttfat_p99_ms: float | None = None
+    """Pooled p99 time to first answer token; None without reasoning, or when infinite."""
+    reasoning_tokens_pct: float | None = None
+    """Reasoning tokens, % of the output tokens of the successful window requests."""
+    approximate_reasoning_requests: int = 0
+    """Confirmation-window requests whose reasoning tokens were counted from chunks."""
 
 
 def pooled_p99_ms(probes: Sequence[ProbeRecord], column: TableColumn) -> float | None:
@@ -104,7 +114,12 @@ def pooled_p99_ms(probes: Sequence[ProbeRecord], column: TableColumn) -> float |
     if probes and len(tables) == len(probes):
         value = pooled_latency_stats(tables, column).p99
     else:
-        known = [v for v in (getattr(p, column).p99 for p in probes) if v is not None]
+        # A probe without TTFAT figures streamed no reasoning: its TTFAT is its TTFT.
+        stats: list[LatencyStats] = [
+            (p.ttfat_ms or p.ttft_ms) if column == "ttfat_ms" else getattr(p, column)
+            for p in probes
+        ]
+        known = [v for v in (s.p99 for s in stats) if v is not None]
         value = max(known) if known else None
     return None if value is None or math.isinf(value) else value
 
@@ -114,6 +129,7 @@ def outcome_figures(
 ) -> OutcomeFigures:
     """The confirmation's figures from its probes (``confirm``: their indices in ``probes``)."""
     chosen = [probes[i] for i in confirm if i < len(probes)]
+    reasoned = any(p.reasoning_tokens is not None for p in chosen)
     goodputs = [p.goodput_tok_s for p in chosen] if confirmed_rate_rps is not None else []
     return OutcomeFigures(
         confirmed_rate_rps=confirmed_rate_rps,
@@ -123,7 +139,16 @@ def outcome_figures(
         tpot_p99_ms=pooled_p99_ms(chosen, "tpot_ms"),
         slo_pass_count=sum(1 for p in chosen if p.slo_pass),
         approximate_output_requests=sum(p.approximate_output_tokens for p in chosen),
+        ttfat_p99_ms=pooled_p99_ms(chosen, "ttfat_ms") if reasoned else None,
+        reasoning_tokens_pct=_reasoning_pct(chosen) if reasoned else None,
+        approximate_reasoning_requests=sum(p.approximate_reasoning_tokens for p in chosen),
     )
+
+
+def _reasoning_pct(probes: Sequence[ProbeRecord]) -> float | None:
+    output = sum(p.output_tokens for p in probes)
+    reasoning = sum(p.reasoning_tokens or 0 for p in probes)
+    return reasoning / output * 100.0 if output else None
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,7 @@ def _outcome(state: _State, sweep: Strategy) -> RunOutcome:
         repeat_goodputs_tok_s=figures.repeat_goodputs_tok_s,
         ttft_p99_ms=figures.ttft_p99_ms,
         tpot_p99_ms=figures.tpot_p99_ms,
+        ttfat_p99_ms=figures.ttfat_p99_ms,
         probe_seconds=sum(seconds),
         search_probe_seconds=sum(search),
     )

@@ -4,6 +4,13 @@
 written. **TTFT** (time to first token): the arrival of the first chunk that carries output
 text, minus t_send (a role-only chunk does not count). **TPOT** (time per output token):
 (t_last_token - t_first_token) / (output_tokens - 1), for answers of at least two tokens.
+**TTFAT** (time to first answer token, for reasoning models): the arrival of the first chunk
+that carries answer text (a chat delta's ``content``, a completion's ``text``), after any
+``reasoning_content``/``reasoning`` deltas, minus t_send; without reasoning it is the TTFT. A
+successful request that streamed reasoning but no answer (``max_tokens`` spent thinking) counts
+as +inf TTFAT: its user never saw an answer. Reasoning tokens are counted apart from the answer:
+``usage.completion_tokens_details.reasoning_tokens`` where the server gives it, else the chunks
+that carried reasoning, marked approximate; they are part of the output tokens (goodput, TPOT).
 **ITL** (inter-token latency): the gaps between successive content chunks. **E2E**: the last
 byte, minus t_send. Output tokens come from the server's ``usage`` (asked for with
 ``stream_options.include_usage``); a server that sends none has them counted from chunks, and
@@ -17,6 +24,10 @@ better.
 **SLO pass**: a probe passes when the p99 TTFT and the p99 TPOT of its window requests are
 within ``slo.ttft_p99_ms`` and ``slo.tpot_p99_ms``, and it is not client-bound (the load
 generator, not the server, was the limit: see "Probe").
+For a reasoning model the TTFT bound applies to the first token of any kind, reasoning included;
+TTFAT is measured and reported (per probe, and pooled over the confirmation on the page) but not
+judged: ``slo.ttfat_p99_ms`` is refused with a message until the early stop, the capacity fit and
+the report's recomputation carry a third bound.
 
 **SLO goodput** of a probe: output tokens of its successful window requests ÷ its window.
 
@@ -79,7 +90,7 @@ MIN_ACHIEVED_RATE_FRACTION = 0.97
 MAX_SEND_LAG_P99_MS = 10.0
 """A probe whose p99 send lag exceeds 10 ms is client-bound."""
 
-TableColumn = Literal["ttft_ms", "tpot_ms", "e2e_ms"]
+TableColumn = Literal["ttft_ms", "ttfat_ms", "tpot_ms", "e2e_ms"]
 
 
 def nearest_rank(sorted_values: npt.NDArray[np.float64], p: float) -> float:
@@ -185,12 +196,29 @@ def pooled_latency_stats(tables: Sequence[RequestTable], column: TableColumn) ->
     """
     values: list[float | None] = []
     for table in tables:
-        for status, value in zip(table.status, getattr(table, column), strict=True):
+        for status, value in zip(table.status, _column(table, column), strict=True):
             if status != "ok":
                 values.append(None)
             elif value is not None:
                 values.append(value)
     return latency_stats(values)
+
+
+def _column(table: RequestTable, column: TableColumn) -> list[float | None]:
+    """One timing column; ``ttfat_ms`` as the statistics read it.
+
+    A table without the TTFAT column had no reasoning: TTFAT is TTFT. With it, a successful
+    request that had output (a TTFT) but no answer token counts as +inf.
+    """
+    if column != "ttfat_ms":
+        values: list[float | None] = getattr(table, column)
+        return values
+    if table.ttfat_ms is None:
+        return table.ttft_ms
+    return [
+        math.inf if answer is None and first is not None else answer
+        for answer, first in zip(table.ttfat_ms, table.ttft_ms, strict=True)
+    ]
 
 
 def failures_by_cause(statuses: Iterable[str]) -> dict[str, int]:

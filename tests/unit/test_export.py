@@ -23,7 +23,7 @@ from tokenwatt.schema.run import (
 
 RUN_TABLES = {
     "probes": 69,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 6 engine, 3 early stop
-    "requests": 12,
+    "requests": 14,
     "power_samples": 7,  # 5 + one power column per GPU (two here)
     "power_gaps": 4,
     "engine_samples": 5,
@@ -176,6 +176,9 @@ def test_run_tables_have_the_evidence_row_for_row():
     assert requests["request"] == [0, 1, 2, 3, 0, 1, 2, 3, 4]
     assert requests["status"][4:] == ["ok", "timeout", "ok", "http_error", "ok"]
     assert requests["tpot_ms"][4:] == [20.0, None, 40.0, None, 35.0]
+    # no reasoning streamed: TTFAT is TTFT, no token reasoned
+    assert requests["ttfat_ms"] == requests["ttft_ms"]
+    assert requests["reasoning_tokens"] == [0] * 9
     probes = {c.name: c.values for c in tables["probes"].columns}
     assert probes["ttft_p99_ms"] == [100.0, math.inf]  # failures count as +inf
     assert probes["failures_by_cause"][1] == '{"http_error": 1, "timeout": 1}'
@@ -225,7 +228,7 @@ def test_csv_and_jsonl_read_back_with_the_standard_library(tmp_path, run_file, c
     for fmt in ("csv", "jsonl"):
         out = tmp_path / fmt
         assert main(["export", str(run_file), "--format", fmt, "--out", str(out)]) == 0
-        assert f"wrote {out}/requests.{fmt}: 9 rows, 12 columns" in capsys.readouterr().out
+        assert f"wrote {out}/requests.{fmt}: 9 rows, 14 columns" in capsys.readouterr().out
         assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}.{fmt}" for n in RUN_TABLES)
     with (tmp_path / "csv" / "requests.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))

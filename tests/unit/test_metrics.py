@@ -171,3 +171,29 @@ def test_littles_law_hand_worked():
     assert metrics.littles_law_batch(
         [(100 * ms, 1000 * ms), (200 * ms, 2000 * ms)], 0, 2000 * ms
     ) == (pytest.approx(1.35))
+
+
+def test_ttfat_column_hand_worked():
+    # Four requests: answered at 900/1,500/1,200 ms after reasoning, one failed, one that spent
+    # its tokens thinking (a TTFT, no answer: +inf). Nearest rank over 5 values: p50 is the 3rd
+    # smallest, p99 the 5th; two +inf (the failure, the unanswered) make p90 and p99 inf too.
+    t = table(
+        status=["ok", "ok", "http_error", "ok", "ok"],
+        ttft_ms=[100.0, 200.0, None, 150.0, 120.0],
+        ttfat_ms=[900.0, 1500.0, None, 1200.0, None],
+        reasoning_tokens=[30, 50, 0, 40, 32],
+    )
+    stats = metrics.table_latency_stats(t, "ttfat_ms")
+    assert (stats.count, stats.p50, stats.p90, stats.p99) == (5, 1500.0, INF, INF)
+    assert metrics.table_latency_stats(t, "ttft_ms").p50 == 150.0
+
+
+def test_ttfat_without_reasoning_is_ttft():
+    t = table(status=["ok", "ok", "ok"], ttft_ms=[10.0, 30.0, 20.0])
+    assert t.ttfat_ms is None
+    assert metrics.table_latency_stats(t, "ttfat_ms") == metrics.table_latency_stats(t, "ttft_ms")
+
+
+def test_request_table_optional_columns_must_match_lengths():
+    with pytest.raises(ValueError, match="different lengths"):
+        table(status=["ok", "ok"], ttfat_ms=[1.0])

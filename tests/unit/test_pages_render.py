@@ -255,3 +255,22 @@ def test_shared_prefixes_row_shows_only_when_the_workload_has_them(seed_path):
     data["workload"]["prefix"] = "4 × 450 tokens; expected prefix-cache hit rate 87.2 %"
     text = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
     assert "| Shared prefixes | 4 × 450 tokens; expected prefix-cache hit rate 87.2 % |" in text
+
+
+def test_reasoning_figures_are_on_the_page_only_when_measured(seed_path):
+    env = make_environment(REPO / "templates")
+    plain = render_result(view_of(seed_data(seed_path)), env=env, draw=lambda c, p: "<svg></svg>")
+    assert "first answer token" not in plain
+    data = seed_data(seed_path)
+    first, second = data["configs"][0], data["configs"][1]
+    first.update(ttfat_p99_ms=4210.0, reasoning_tokens_pct=62.5, approximate_reasoning_requests=3)
+    second.update(ttfat_p99_ms=None, reasoning_tokens_pct=70.0)
+    text = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
+    row = next(line for line in text.splitlines() if "first answer token" in line)
+    assert "reported, not judged" in row
+    assert "4,210 ms" in row
+    assert "unbounded" in row
+    assert row.rstrip().endswith("— |")  # the third config streamed no reasoning
+    share = next(line for line in text.splitlines() if line.startswith("| Reasoning tokens"))
+    assert "62.5 %" in share
+    assert "approximate: 3 requests counted from chunks" in share

@@ -154,3 +154,30 @@ def test_plan_workers():
     assert plan_workers(rate_rps=2500, mean_output_tokens=1, max_workers=8) == 3
     assert plan_workers(rate_rps=1000, mean_output_tokens=148, max_workers=8) == 5
     assert plan_workers(rate_rps=1000, mean_output_tokens=148, max_workers=2) == 2
+
+
+def test_reasoning_requests_give_ttfat_stats_and_the_token_split():
+    window = []
+    for i in range(10):
+        r = req(i, sched_ms=100 * i, ttft_ms=50.0, n_out=11)
+        # the first 4 chunks are reasoning, the answer starts at chunk 4 (30 ms later)
+        r.t_first_answer_ns = r.chunk_ns[4]
+        r.reasoning_events = 4
+        r.reasoning_tokens = 4
+        r.reasoning_tokens_approx = i < 3  # three servers' answers without the usage detail
+        window.append(r)
+    rec = record(window)
+    assert rec.requests.ttfat_ms == [pytest.approx(50.0 + 40.0)] * 10
+    assert rec.requests.reasoning_tokens == [4] * 10
+    assert rec.ttfat_ms.p99 == pytest.approx(90.0)
+    assert rec.ttft_ms.p99 == pytest.approx(50.0)
+    assert (rec.output_tokens, rec.reasoning_tokens) == (110, 40)
+    assert rec.approximate_reasoning_tokens == 3
+
+
+def test_no_reasoning_no_ttfat_columns():
+    rec = record([req(i, sched_ms=100 * i) for i in range(5)])
+    assert rec.ttfat_ms is None
+    assert rec.reasoning_tokens is None
+    assert rec.requests.ttfat_ms is None
+    assert "ttfat" not in rec.requests.model_dump(exclude_none=True)

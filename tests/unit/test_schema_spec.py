@@ -150,3 +150,13 @@ def test_credentials_in_a_url_are_refused(section, value, pointer):
     with pytest.raises(ValidationError, match=f"must not carry a user name or password.*{pointer}"):
         Spec.model_validate(factories.spec_dict(**{section: value}))
     assert "@" in str(value)
+
+
+def test_an_slo_on_ttfat_is_refused_with_what_to_do():
+    base = factories.spec_dict()
+    with pytest.raises(ValidationError) as info:
+        Spec.model_validate({**base, "slo": {"ttft_p99_ms": 500, "ttfat_p99_ms": 5000}})
+    text = str(info.value)
+    assert "slo" in text
+    assert "ttfat_p99_ms is not judged yet" in text
+    assert "remove slo.ttfat_p99_ms" in text

@@ -55,6 +55,7 @@ class StopNote:
 def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTable:
     rows = sorted(window, key=lambda r: (r.t_sched_ns or 0, r.index))
     ok = [r.ok for r in rows]
+    reasoning = any(r.reasoning_events or r.reasoning_tokens for r in rows)
     return RequestTable(
         t_sched_s=[((r.t_sched_ns or 0) - window_start_ns) / _NS for r in rows],
         send_lag_ms=[max(0.0, r.send_lag_ms or 0.0) for r in rows],
@@ -64,6 +65,10 @@ def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTabl
         input_tokens=[r.input_tokens for r in rows],
         output_tokens=[r.output_tokens for r in rows],
         status=[r.status for r in rows],
+        ttfat_ms=[r.ttfat_ms if good else None for r, good in zip(rows, ok, strict=True)]
+        if reasoning
+        else None,
+        reasoning_tokens=[r.reasoning_tokens for r in rows] if reasoning else None,
     )
 
 
@@ -171,6 +176,7 @@ def build_probe_record(
         client_errors=client_errors,
     )
     ttft = metrics.table_latency_stats(table, "ttft_ms")
+    ttfat = metrics.table_latency_stats(table, "ttfat_ms") if table.ttfat_ms is not None else None
     tpot = metrics.table_latency_stats(table, "tpot_ms")
     e2e = metrics.table_latency_stats(table, "e2e_ms")
     client_bound = bool(reasons)
@@ -233,6 +239,7 @@ def build_probe_record(
         client_bound=client_bound,
         client_bound_reasons=reasons,
         ttft_ms=ttft,
+        ttfat_ms=ttfat,
         tpot_ms=tpot,
         itl_ms=_itl_stats(window),
         e2e_ms=e2e,
@@ -244,6 +251,10 @@ def build_probe_record(
         output_length_violations=sum(1 for r in window if r.output_length_violation),
         usage_mismatches=sum(1 for r in window if r.usage_mismatch),
         approximate_output_tokens=sum(1 for r in ok_rows if r.output_tokens_approx),
+        reasoning_tokens=sum(r.reasoning_tokens for r in ok_rows)
+        if table.reasoning_tokens is not None
+        else None,
+        approximate_reasoning_tokens=sum(1 for r in ok_rows if r.reasoning_tokens_approx),
         max_in_flight=sum(s.max_in_flight for s in shards),
         client_cpu_s=sum(s.cpu_s for s in shards),
         client_preemptions=sum(s.preemptions for s in shards),

@@ -24,6 +24,7 @@ __all__ = ["SECTIONS", "MethodologySection", "Table", "methodology_sections", "r
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("Request timings, failed requests and the SLO", "tokenwatt.metrics"),
     ("Probe", "tokenwatt.load.probe"),
+    ("Workload: lengths and prompts", "tokenwatt.load.workload"),
     ("Shared prefixes", "tokenwatt.load.prefix"),
     ("Sweep", "tokenwatt.sweep"),
     ("Adaptive sweep", "tokenwatt.adaptive"),

@@ -391,6 +391,21 @@ class ConfigResult(StrictModel):
     measurement: ConfigMeasurement | None = None
     mbu_bytes_per_step: NonNeg | None = None
     mbu_batch_mean: NonNeg | None = None
+    ttfat_p99_ms: NonNeg | None = Field(
+        default=None,
+        description="p99 time to first answer token (after reasoning), confirmation repeats"
+        " pooled, ms; null = no reasoning streamed, or unbounded. Reported, not judged",
+    )
+    reasoning_tokens_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None,
+        description="Reasoning tokens, % of the confirmation windows' output tokens; null = no"
+        " reasoning streamed",
+    )
+    approximate_reasoning_requests: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Confirmation-window requests whose reasoning tokens were counted from"
+        " chunks (no completion_tokens_details.reasoning_tokens from the server)",
+    )
     approximate_output_requests: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
         description="Confirmation-window requests whose output tokens were counted from chunks"

@@ -87,7 +87,9 @@ class RequestTable(StrictModel):
 
     ``status`` is ``"ok"`` or the failure cause (``http_error``, ``connection_error``,
     ``malformed_stream``, ``short_output``, ``timeout``, ...). Timing lists hold null for a
-    failed request: percentiles treat it as +inf.
+    failed request: percentiles treat it as +inf. ``ttfat_ms`` and ``reasoning_tokens`` are
+    written only when some window request streamed reasoning; without them TTFAT is TTFT and no
+    token was reasoning.
     """
 
     t_sched_s: list[float] = Field(description="Scheduled send time, s from the window start")
@@ -98,10 +100,24 @@ class RequestTable(StrictModel):
     input_tokens: list[int] = Field(description="Prompt tokens")
     output_tokens: list[int] = Field(description="Output tokens (server usage, else chunks)")
     status: list[str] = Field(description="'ok' or the failure cause")
+    ttfat_ms: list[float | None] | None = Field(
+        default=None,
+        description="Time to first answer token (content after reasoning), ms; null column ="
+        " no reasoning in the probe (TTFAT = TTFT)",
+    )
+    reasoning_tokens: list[int] | None = Field(
+        default=None,
+        description="Reasoning tokens among the output tokens (server usage, else reasoning"
+        " chunks); null column = none",
+    )
 
     @model_validator(mode="after")
     def _equal_lengths(self) -> RequestTable:
-        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
+        lengths = {
+            name: len(column)
+            for name in type(self).model_fields
+            if (column := getattr(self, name)) is not None
+        }
         if len(set(lengths.values())) > 1:
             raise ValueError(f"columns have different lengths: {lengths}")
         return self
@@ -324,6 +340,11 @@ class ProbeRecord(StrictModel):
     client_bound: bool = Field(description="The harness, not the server, limited this probe")
     client_bound_reasons: list[str] = Field(default_factory=list, description="Why, if so")
     ttft_ms: LatencyStats = Field(description="Time to first token")
+    ttfat_ms: LatencyStats | None = Field(
+        default=None,
+        description="Time to first answer token (after reasoning); null = no window request"
+        " streamed reasoning (TTFAT = TTFT)",
+    )
     tpot_ms: LatencyStats = Field(description="Time per output token")
     itl_ms: LatencyStats = Field(description="Gaps between content chunks")
     e2e_ms: LatencyStats = Field(description="End-to-end latency")
@@ -345,6 +366,16 @@ class ProbeRecord(StrictModel):
         default=0,
         description="Successful window requests whose output tokens were counted from chunks"
         " (the server sent no usage)",
+    )
+    reasoning_tokens: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Reasoning tokens of the successful window requests (part of"
+        " output_tokens); null = no reasoning streamed",
+    )
+    approximate_reasoning_tokens: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Successful window requests whose reasoning tokens were counted from"
+        " chunks (the server's usage gave no completion_tokens_details.reasoning_tokens)",
     )
     max_in_flight: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="Most requests in flight at once (sum over workers)"
@@ -410,6 +441,11 @@ class RunOutcome(StrictModel):
     )
     tpot_p99_ms: LatencyMs | None = Field(
         default=None, description="p99 TPOT over the repeats' window requests pooled, ms"
+    )
+    ttfat_p99_ms: LatencyMs | None = Field(
+        default=None,
+        description="p99 time to first answer token over the repeats' window requests pooled,"
+        " ms; null = no reasoning streamed (it equals ttft_p99_ms) or unbounded",
     )
     probe_seconds: NonNegFloat = Field(description="Wall time of all probes, s")
     search_probe_seconds: NonNegFloat = Field(description="Wall time of search probes, s")

@@ -289,6 +289,21 @@ class SloSpec(StrictInputModel):
         default=50.0, description="Bound on p99 time per output token, ms"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ttfat_not_judged_yet(cls, data: Any) -> Any:
+        # Named apart from an unknown key: reasoning runs measure TTFAT, and a user who reads
+        # the page will try to bound it. Judging it needs the early stop, the capacity fit and
+        # the report's recomputation to carry a third bound; until then it is refused clearly.
+        if isinstance(data, dict) and "ttfat_p99_ms" in data:
+            raise ValueError(
+                "ttfat_p99_ms is not judged yet: time to first answer token is measured and"
+                " reported for reasoning models (p99 on the page), but the SLO bounds only"
+                " ttft_p99_ms (first token of any kind, reasoning included) and tpot_p99_ms;"
+                " remove slo.ttfat_p99_ms"
+            )
+        return data
+
 
 class FixedTokens(StrictInputModel):
     """Every request has the same token count."""
