@@ -211,6 +211,7 @@ def check_spec_inputs(loaded: LoadedSpec) -> None:
     build_workload(
         loaded.spec,
         trace_file=loaded.trace_file,
+        prompts_file=loaded.prompts_file,
         context_tokens=geometry.max_position_embeddings or _NO_CLIP_TOKENS,
     )
     if loaded.suite_file is not None:
@@ -410,6 +411,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         workload = build_workload(
             spec,
             trace_file=loaded.trace_file,
+            prompts_file=loaded.prompts_file,
             context_tokens=(
                 context_tokens if context_tokens is not None else geometry.max_position_embeddings
             ),

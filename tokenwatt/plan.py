@@ -107,7 +107,10 @@ def with_seed(loaded: LoadedSpec, seed: int) -> LoadedSpec:
 def _server(loaded: LoadedSpec, config: EngineConfig, request_timeout_s: float) -> VirtualServer:
     spec = loaded.spec
     workload = build_workload(
-        spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
+        spec,
+        trace_file=loaded.trace_file,
+        prompts_file=loaded.prompts_file,
+        context_tokens=config.max_model_len,
     )
     return VirtualServer(
         config, workload, request_timeout_s=request_timeout_s, ignore_eos=spec.engine.ignore_eos

@@ -337,6 +337,16 @@ def _config(
 # Result-level text
 
 
+def _input_text(spec: Spec) -> str:
+    prompts = spec.workload.prompts
+    if prompts is not None:
+        return (
+            f"real prompts from {Path(prompts).name}: lengths are the server's count"
+            " (usage.prompt_tokens)"
+        )
+    return _tokens_text(spec.workload.input_tokens, spec.workload.trace, "input_tokens")
+
+
 def _tokens_text(count: TokenCount | None, trace: str, which: str) -> str:
     if count is None:
         if trace == "chat-mix-v1":
@@ -675,9 +685,7 @@ def build_result(
             ),
             workload=ResultWorkload(
                 trace=ref.spec.workload.trace,
-                input_tokens=_tokens_text(
-                    ref.spec.workload.input_tokens, ref.spec.workload.trace, "input_tokens"
-                ),
+                input_tokens=_input_text(ref.spec),
                 output_tokens=_tokens_text(
                     ref.spec.workload.output_tokens, ref.spec.workload.trace, "output_tokens"
                 ),

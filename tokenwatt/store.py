@@ -264,6 +264,11 @@ def resolve_spec_files(spec: Spec, path: Path) -> LoadedSpec:
         path=path,
         config_file=_named_file(path, "model.config", model.config) if model.config else None,
         trace_file=_trace_file(spec, path),
+        prompts_file=(
+            _named_file(path, "workload.prompts", spec.workload.prompts)
+            if spec.workload.prompts
+            else None
+        ),
         suite_file=_named_file(path, "accuracy.suite", accuracy.suite) if accuracy else None,
     )
 

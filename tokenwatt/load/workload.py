@@ -27,6 +27,19 @@ rejected by vLLM ("out of vocabulary"; Qwen3's config says 151,936 while its tok
 151,668). The chat API cannot take ids, so it gets that many words from a fixed list of common
 English words (about one token each; the server's usage gives the true count).
 
+Real prompts (``workload.prompts``, a ShareGPT JSON file: ``[{"conversations": [{"from":
+"human", "value": "..."}, ...]}, ...]``): each request sends the first human turn of one
+conversation as text (the chat API as one user message, the completions API as a text prompt).
+Each probe stream walks the file in its own seeded order (a permutation per stream), so requests
+repeat only after every prompt was used once, and the same seed sends the same prompts to every
+configuration. The prompt's length is **the server's count** (``usage.prompt_tokens``, recorded
+per request); before sending, it is only estimated at 4 characters a token (the simulator's
+rule), to clip output lengths to the context and to leave out prompts that cannot fit with one
+output token (logged). Output lengths come from ``workload.output_tokens``, else the trace file's
+(with ``trace_prefix: false`` for one with hash_ids), else chat-mix-v1's. A file of N prompts
+repeats after N requests of a probe: a server with prefix caching then finds whole prompts in its
+cache, so a long probe needs a file with more prompts than it sends.
+
 Shared prefixes (``workload.prefix``, or a trace's ``hash_ids``) put repeated tokens before or
 inside the prompts: :mod:`tokenwatt.load.prefix` (methodology, "Shared prefixes").
 
@@ -40,6 +53,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import json
 import logging
 import math
 from collections.abc import Iterator
@@ -64,6 +78,7 @@ from tokenwatt.schema.spec import (
     TokenCount,
     UniformTokens,
 )
+from tokenwatt.sim.api import text_prompt_tokens
 
 __all__ = [
     "CHAT_MIX_V1",
@@ -74,6 +89,7 @@ __all__ = [
     "build_workload",
     "lognormal_params",
     "mean_tokens",
+    "read_prompts",
     "read_trace",
     "token_id_range",
 ]
@@ -93,6 +109,7 @@ CHAT_TEMPLATE_MARGIN_TOKENS = 32
 """Context kept free for the chat template when the chat API is used."""
 
 _REQUEST_KEY = 0x52455153  # separates per-request draws from the arrival draws
+_PROMPT_KEY = 0x50524F4D  # separates the prompt order of a stream from the other draws
 
 # Common English words; each is one token in the usual BPE vocabularies.
 _WORD_TEXT = """
@@ -273,6 +290,42 @@ def read_trace(path: Path) -> list[TraceRow]:
     return rows
 
 
+def _first_human_turn(entry: object, where: str) -> str:
+    if not isinstance(entry, dict) or not isinstance(entry.get("conversations"), list):
+        raise SpecError(f"{where}: not a ShareGPT entry (an object with a 'conversations' list)")
+    for turn in entry["conversations"]:
+        if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+            value = turn.get("value")
+            if not isinstance(value, str) or not value.strip():
+                raise SpecError(f"{where}: its first human turn has no text ('value')")
+            return value
+    raise SpecError(f"{where}: no turn 'from' 'human' in its conversations")
+
+
+def read_prompts(path: Path) -> list[str]:
+    """The first human turn of every conversation of a ShareGPT JSON file, in file order.
+
+    Raises:
+        SpecError: an unreadable file, not a JSON array of ShareGPT entries, or an entry without
+            a human turn (named by its position).
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"workload.prompts: {path}: cannot read: {exc}") from exc
+    except ValueError as exc:
+        raise SpecError(f"workload.prompts: {path}: not JSON: {exc}") from exc
+    if not isinstance(data, list) or not data:
+        raise SpecError(
+            f"workload.prompts: {path}: expected a ShareGPT JSON array of conversations"
+            ' ([{"conversations": [{"from": "human", "value": ...}]}, ...]), with at least one'
+        )
+    return [
+        _first_human_turn(entry, f"workload.prompts: {path}: entry {i}")
+        for i, entry in enumerate(data)
+    ]
+
+
 def _draw(dist: TokenCount | None, rng: np.random.Generator) -> int | None:
     if dist is None:
         return None
@@ -322,13 +375,16 @@ class Workload:
         context_tokens: int | None,
         prefix: PrefixSpec | None = None,
         trace_block_tokens: int | None = None,
+        prompts: list[str] | None = None,
     ) -> None:
-        if rows is None and (input_dist is None or output_dist is None):
+        if rows is None and ((input_dist is None and prompts is None) or output_dist is None):
             raise ValueError("without a trace, both length distributions are needed")
         if trace_block_tokens is not None and (
-            rows is None or input_dist is not None or prefix is not None
+            rows is None or input_dist is not None or prefix is not None or prompts is not None
         ):
             raise ValueError("trace blocks need a trace's lengths and no other prefix")
+        if prompts is not None and (not prompts or input_dist is not None or prefix is not None):
+            raise ValueError("real prompts need at least one prompt, no input lengths, no prefix")
         self.name = name
         self.api = api
         self.vocab_size = vocab_size
@@ -340,6 +396,8 @@ class Workload:
         self.context_tokens = context_tokens
         self.prefix = prefix
         self.trace_block_tokens = trace_block_tokens
+        self.prompts = prompts
+        self._orders: dict[int, list[int]] = {}  # stream -> its order of the prompts
         self._id_low, self._id_high = token_id_range(vocab_size)
 
     @property
@@ -359,9 +417,24 @@ class Workload:
             np.random.PCG64(np.random.SeedSequence([self.seed, stream, index, _REQUEST_KEY]))
         )
 
-    def _lengths(self, index: int, rng: np.random.Generator) -> tuple[int, int]:
+    def _prompt_text(self, index: int, stream: int) -> str | None:
+        """Request ``index``'s real prompt: stream ``stream``'s own order of the file."""
+        if self.prompts is None:
+            return None
+        order = self._orders.get(stream)
+        if order is None:
+            rng = np.random.Generator(
+                np.random.PCG64(np.random.SeedSequence([self.seed, stream, _PROMPT_KEY]))
+            )
+            order = rng.permutation(len(self.prompts)).tolist()
+            self._orders[stream] = order
+        return self.prompts[order[index % len(order)]]
+
+    def _lengths(
+        self, index: int, rng: np.random.Generator, text: str | None = None
+    ) -> tuple[int, int]:
         row = self.rows[index % len(self.rows)] if self.rows else None
-        n_in = _draw(self.input_dist, rng)
+        n_in = _draw(self.input_dist, rng) if text is None else text_prompt_tokens(text)
         n_out = _draw(self.output_dist, rng)
         if n_in is None:
             assert row is not None
@@ -408,15 +481,23 @@ class Workload:
         return head + own
 
     def lengths(self, index: int, *, stream: int = 0) -> tuple[int, int]:
-        """(input tokens, output tokens) of request ``index`` of ``stream``."""
-        return self._lengths(index, self._rng(index, stream))
+        """(input tokens, output tokens) of request ``index`` of ``stream``.
+
+        With real prompts the input is the estimate (the server's count is known after sending).
+        """
+        return self._lengths(index, self._rng(index, stream), self._prompt_text(index, stream))
 
     def request(self, index: int, *, stream: int = 0) -> GenerationRequest:
         """Request ``index`` of ``stream``, with its prompt."""
         if index < 0:
             raise ValueError("request index must be non-negative")
         rng = self._rng(index, stream)
-        n_in, n_out = self._lengths(index, rng)
+        text = self._prompt_text(index, stream)
+        n_in, n_out = self._lengths(index, rng, text)
+        if text is not None:
+            return GenerationRequest(
+                index=index, max_tokens=n_out, input_tokens=n_in, prompt_text=text
+            )
         if self.api == "chat":
             if self.shares_prefixes:
                 # One word per token id: the text repeats exactly where the ids do.
@@ -456,6 +537,8 @@ class Workload:
     def describe(self) -> str:
         """One line for logs: the lengths and the context clip."""
         source = self.name if self.rows is None else f"{self.name} ({len(self.rows)} rows)"
+        if self.prompts is not None:
+            source = f"{len(self.prompts)} real prompts, output lengths from {source}"
         clip = f", clipped to {self.context_tokens} tokens" if self.context_tokens else ""
         reuse = ""
         if self.prefix is not None:
@@ -466,7 +549,11 @@ class Workload:
 
 
 def build_workload(
-    spec: Spec, *, trace_file: Path | None = None, context_tokens: int | None = None
+    spec: Spec,
+    *,
+    trace_file: Path | None = None,
+    prompts_file: Path | None = None,
+    context_tokens: int | None = None,
 ) -> Workload:
     """The request stream a spec describes.
 
@@ -474,19 +561,29 @@ def build_workload(
         spec: the spec.
         trace_file: ``workload.trace`` resolved (:class:`~tokenwatt.schema.spec.LoadedSpec`);
             None = the trace path as written.
+        prompts_file: ``workload.prompts`` resolved; None = the path as written.
         context_tokens: the context length requests are clipped to: the server's own (e.g.
             :meth:`tokenwatt.client.openai.OpenAIClient.max_model_len`), else the model's
             (:attr:`tokenwatt.geometry.ModelGeometry.max_position_embeddings`); None = no clip.
 
     Raises:
-        SpecError: an unreadable trace, or a trace without timestamps for ``trace`` arrivals.
+        SpecError: an unreadable trace or prompts file, a trace without timestamps for
+            ``trace`` arrivals, or no prompt that fits the context.
     """
     work = spec.workload
     rows: list[TraceRow] | None = None
     input_dist: TokenCount | None = work.input_tokens
     output_dist: TokenCount | None = work.output_tokens
+    prompts: list[str] | None = None
+    if work.prompts is not None:
+        prompts = _fitting_prompts(
+            read_prompts(prompts_file if prompts_file is not None else Path(work.prompts)),
+            spec=spec,
+            context_tokens=context_tokens,
+        )
     if work.trace in BUILTIN_WORKLOADS:  # chat-mix-v1, the only one
-        input_dist = input_dist if input_dist is not None else CHAT_MIX_V1[0]
+        if prompts is None:
+            input_dist = input_dist if input_dist is not None else CHAT_MIX_V1[0]
         output_dist = output_dist if output_dist is not None else CHAT_MIX_V1[1]
     else:
         rows = read_trace(trace_file if trace_file is not None else Path(work.trace))
@@ -526,7 +623,34 @@ def build_workload(
         context_tokens=context_tokens,
         prefix=work.prefix,
         trace_block_tokens=block,
+        prompts=prompts,
     )
+
+
+def _fitting_prompts(prompts: list[str], *, spec: Spec, context_tokens: int | None) -> list[str]:
+    """The prompts whose estimated length leaves room for one output token in the context.
+
+    Raises:
+        SpecError: none does.
+    """
+    if context_tokens is None:
+        return prompts
+    room = context_tokens - (CHAT_TEMPLATE_MARGIN_TOKENS if spec.engine.api == "chat" else 0)
+    kept = [p for p in prompts if text_prompt_tokens(p) <= room - 1]
+    if not kept:
+        raise SpecError(
+            f"workload.prompts: {spec.workload.prompts}: no prompt fits the model's context of"
+            f" {context_tokens} tokens with one output token (estimated at 4 characters a token)"
+        )
+    if len(kept) < len(prompts):
+        logger.warning(
+            "workload.prompts: %d of %d prompts are too long for the context of %d tokens"
+            " and are left out",
+            len(prompts) - len(kept),
+            len(prompts),
+            context_tokens,
+        )
+    return kept
 
 
 def _trace_blocks(spec: Spec, rows: list[TraceRow] | None) -> int | None:
@@ -538,6 +662,11 @@ def _trace_blocks(spec: Spec, rows: list[TraceRow] | None) -> int | None:
     work = spec.workload
     if rows is None or not work.trace_prefix or all(r.hash_ids is None for r in rows):
         return None
+    if work.prompts is not None:
+        raise SpecError(
+            "workload.prompts and the trace's hash_ids both shape the prompts: set"
+            " workload.trace_prefix: false to take only the trace's output lengths"
+        )
     size = work.trace_block_tokens
     for line, row in enumerate(rows, start=1):
         if row.hash_ids is None:

@@ -422,6 +422,28 @@ class WorkloadSpec(StrictInputModel):
     trace_block_tokens: Tokens = Field(
         default=512, description="Tokens per hash id of the trace (Mooncake: 512)"
     )
+    prompts: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Real prompts: a ShareGPT JSON file (relative: from the spec's folder, then"
+        " the current folder); each request sends the first human turn of one conversation as"
+        " text, and its input length is the server's count (usage.prompt_tokens); null ="
+        " synthetic prompts",
+    )
+
+    @model_validator(mode="after")
+    def _prompts_set_the_input(self) -> WorkloadSpec:
+        if self.prompts is not None and self.input_tokens is not None:
+            raise ValueError(
+                "input_tokens and prompts both set the input: real prompts are sent as written"
+                " (their length is the server's count); remove input_tokens"
+            )
+        if self.prompts is not None and self.prefix is not None:
+            raise ValueError(
+                "prefix and prompts both shape the prompts: synthetic prefixes are token ids,"
+                " real prompts text; use one"
+            )
+        return self
 
     @model_validator(mode="after")
     def _trace_options_need_a_trace(self) -> WorkloadSpec:
@@ -684,6 +706,9 @@ class LoadedSpec(StrictModel):
     )
     trace_file: Path | None = Field(
         default=None, description="workload.trace resolved; null = a built-in workload"
+    )
+    prompts_file: Path | None = Field(
+        default=None, description="workload.prompts resolved; null = synthetic prompts"
     )
     suite_file: Path | None = Field(
         default=None, description="accuracy.suite resolved; null = no accuracy section"
