@@ -115,3 +115,15 @@ def test_a_trace_with_hash_ids_needs_trace_prefix_false(sharegpt, tmp_path):
         workload(sharegpt, trace=str(trace), output_tokens=None)
     work = workload(sharegpt, trace=str(trace), output_tokens=None, trace_prefix=False)
     assert work.request(0).max_tokens == 5  # the trace's output length
+
+
+def test_a_missing_prompts_file_is_named_when_the_spec_loads(tmp_path):
+    from tokenwatt.store import load_spec
+
+    data = factories.spec_dict(workload={"prompts": "nowhere.json", "output_tokens": 8})
+    path = tmp_path / "s.spec.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match=r"workload.prompts: file not found: .*nowhere.json"):
+        load_spec(path)
+    (tmp_path / "nowhere.json").write_text("[]")
+    assert load_spec(path).prompts_file == tmp_path / "nowhere.json"
