@@ -15,6 +15,8 @@ energy, MBU, accuracy) and is only called from here. Order of work:
 Ctrl-C stops the load, writes the run file marked incomplete with what was measured, and
 raises :class:`~tokenwatt.errors.Interrupted` (exit 130). Any other failure after the first
 probe also writes the partial run, marked incomplete with the cause, before re-raising.
+``--resume`` continues such a run: its probes are replayed into the sweep, which then measures
+only what is missing (:mod:`tokenwatt.resume`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from tokenwatt.load.workload import build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
 from tokenwatt.power import sampler_for_spec
 from tokenwatt.power.sampler import PowerSampler
+from tokenwatt.resume import ResumeCheck, check_resumable, merge_power, probe_seconds, replay
 from tokenwatt.schema.base import Role
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.run import (
@@ -56,11 +59,12 @@ from tokenwatt.schema.run import (
     MbuEvidence,
     PowerEvidence,
     ProbeRecord,
+    ResumeInfo,
     RunFile,
     RunOutcome,
 )
 from tokenwatt.schema.spec import AccuracySpec, LoadedSpec, MeasurementSpec, Spec, SweepSpec
-from tokenwatt.store import check_output, filled, save_run
+from tokenwatt.store import check_output, filled, load_run, save_run
 from tokenwatt.sweep import ProbePlan, Strategy, make_strategy
 
 __all__ = [
@@ -142,6 +146,8 @@ class MeasureOptions:
     no_accuracy: bool = False
     force: bool = False
     """Replace an existing run file at ``out`` (never a file of another kind)."""
+    resume: Path | None = None
+    """An incomplete run file to continue (``--resume``); ``out`` may be the same file."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -256,6 +262,10 @@ class _State:
     power: PowerEvidence | None = None
     mbu: MbuEvidence | None = None
     outcome: RunOutcome | None = None
+    resumed: list[ResumeInfo] = field(default_factory=list)
+    """Earlier resumptions and this one (``--resume``)."""
+    resumed_power: PowerEvidence | None = None
+    """The interrupted run's power evidence, joined to this process's samples at the end."""
 
 
 def _outcome(state: _State, sweep: Strategy) -> RunOutcome:
@@ -321,6 +331,7 @@ def _run_file(
         power=state.power,
         mbu=state.mbu,
         accuracy=state.accuracy,
+        resumed=state.resumed,
     )
 
 
@@ -389,8 +400,12 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         eff_a = None
     state = _State(started=dt.datetime.now(dt.UTC))
     progress.phase("pre-flight", "checking the output path, endpoint, GPUs and power source")
-    _check_writable(opts.out, force=opts.force)
+    previous = _load_resumable(opts, eff_m, accuracy=eff_a is not None)
+    same_file = opts.resume is not None and opts.resume.resolve() == opts.out.resolve()
+    _check_writable(opts.out, force=opts.force or same_file)
     check_spec_inputs(loaded)
+    if previous is not None:
+        state.started = previous.environment.started_utc
     sim = None
     sampler: PowerSampler | None = None
     sweep = make_strategy(eff_s, eff_m, spec.slo)
@@ -452,7 +467,9 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 env=opts.env,
             )
             sampler.start()
-            if eff_a is not None:
+            if previous is not None and previous.probes:
+                state.accuracy = previous.accuracy  # the interrupted run got past the check
+            elif eff_a is not None:
                 progress.phase("accuracy", f"{eff_a.name}: {eff_a.limit} questions x {eff_a.seeds}")
                 assert loaded.suite_file is not None  # resolved with the accuracy section
                 state.accuracy_spec = eff_a
@@ -467,12 +484,15 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 )
             progress.phase("sweep", "searching the SLO boundary")
             started_load = True
+            if previous is not None:
+                _replay(opts, previous, sweep, state, progress, reused_accuracy=eff_a is not None)
             while (plan := sweep.next()) is not None:
                 index = len(state.probes)
                 progress.probe_started(plan, index, gen.workers_for(plan.rate_rps))
                 t0 = time.monotonic_ns()
                 record = await gen.probe(plan, index=index, slo=spec.slo)
                 state.probe_ns.append(time.monotonic_ns() - t0)
+                record = record.model_copy(update={"probe_s": state.probe_ns[-1] / 1e9})
                 state.probes.append(record)
                 sweep.observe(record, state.probe_ns[-1] / 1e9)
                 progress.probe_finished(record)
@@ -509,6 +529,61 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             sim.stop()
 
 
+def _load_resumable(
+    opts: MeasureOptions, effective: MeasurementSpec, *, accuracy: bool
+) -> RunFile | None:
+    """The run ``--resume`` names, once it is known to continue with this command."""
+    if opts.resume is None:
+        return None
+    previous = load_run(opts.resume)
+    check_resumable(
+        previous,
+        opts.resume,
+        ResumeCheck(
+            spec=filled(opts.spec.spec),
+            spec_sha256=provenance.sha256_file(opts.spec.path),
+            label=opts.label,
+            role=opts.role,
+            quick=opts.quick,
+            effective=effective,
+            accuracy=accuracy,
+        ),
+    )
+    return previous
+
+
+def _replay(
+    opts: MeasureOptions,
+    previous: RunFile,
+    sweep: Strategy,
+    state: _State,
+    progress: Progress,
+    *,
+    reused_accuracy: bool,
+) -> None:
+    """Put the interrupted run's probes into the sweep and the state (see tokenwatt.resume)."""
+    assert opts.resume is not None
+    saved_s = replay(sweep, previous.probes, opts.resume)
+    state.probes = list(previous.probes)
+    state.probe_ns = [round(probe_seconds(p) * 1e9) for p in previous.probes]
+    state.resumed_power = previous.power
+    state.resumed = [
+        *previous.resumed,
+        ResumeInfo(
+            resumed_from=str(opts.resume),
+            reused_probes=len(previous.probes),
+            saved_probe_seconds=saved_s,
+            reused_accuracy=reused_accuracy and bool(previous.probes),
+            interrupted_reason=previous.incomplete_reason,
+        ),
+    ]
+    progress.phase(
+        "resume",
+        f"{len(previous.probes)} recorded probe(s) replayed from {opts.resume},"
+        f" {saved_s:,.0f} probe-seconds saved",
+    )
+
+
 def _figures(state: _State, sweep: Strategy, sampler: PowerSampler | None, spec: Spec) -> None:
     """Outcome, power/energy and MBU from what was measured (stops the sampler)."""
     state.outcome = _outcome(state, sweep)
@@ -516,6 +591,8 @@ def _figures(state: _State, sweep: Strategy, sampler: PowerSampler | None, spec:
     accepted = confirm if state.outcome.confirmed_rate_rps is not None else []
     if sampler is not None:
         evidence = sampler.stop()
+        if state.resumed:
+            evidence = merge_power(state.resumed_power, evidence)
         windows, tokens = energy.confirmed_windows(accepted)
         state.power = energy.apply_window_figures(evidence, windows, output_tokens=tokens)
     if accepted and state.geometry is not None and state.rated is not None:

@@ -76,6 +76,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--force", action="store_true", help="replace an existing run file at --out (only a run)"
     )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN",
+        help="continue this incomplete run file (same spec, seeds, label and role): its probes"
+        " are replayed into the sweep and only the rest is measured; --out may name it",
+    )
     p.set_defaults(handler=run)
 
 
@@ -349,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick,
         no_accuracy=args.no_accuracy,
         force=args.force,
+        resume=args.resume,
     )
     err = err_console()
     if not getattr(args, "verbose", 0):
@@ -385,6 +393,12 @@ def run(args: argparse.Namespace) -> int:
             f"confirmed rate {rate}; SLO goodput {outcome.goodput_tok_s:,.1f} tok/s;"
             f" {len(result.probes)} probes, {outcome.probe_seconds:,.0f} probe-seconds"
             f" ({outcome.search_probe_seconds:,.0f} s searching)"
+        )
+    if args.resume is not None and result.resumed:
+        last = result.resumed[-1]
+        out.print(
+            f"resumed {escape(str(args.resume))}: {last.reused_probes} recorded probe(s) reused,"
+            f" {last.saved_probe_seconds:,.0f} probe-seconds saved"
         )
     if result.quick:
         out.print("[yellow]quick mode: validation only, not for publishing[/yellow]")

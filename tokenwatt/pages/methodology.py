@@ -28,6 +28,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Shared prefixes", "tokenwatt.load.prefix"),
     ("Sweep", "tokenwatt.sweep"),
     ("Adaptive sweep", "tokenwatt.adaptive"),
+    ("Resuming an interrupted run", "tokenwatt.resume"),
     ("SLO capacity", "tokenwatt.capacity"),
     ("Figures of a configuration", "tokenwatt.figures"),
     ("Memory-bandwidth utilisation (MBU)", "tokenwatt.mbu"),

@@ -41,6 +41,7 @@ __all__ = [
     "ProbePhase",
     "ProbeRecord",
     "RequestTable",
+    "ResumeInfo",
     "RunFile",
     "RunOutcome",
     "TokenAudit",
@@ -399,6 +400,10 @@ class ProbeRecord(StrictModel):
         description="Set when the probe was stopped once it had provably failed"
         " (sweep.early_stop); such a probe never passes",
     )
+    probe_s: NonNegFloat | None = Field(
+        default=None,
+        description="Wall time of the probe (warm-up, window, drain), s; null in older files",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ProbeRecord:
@@ -607,6 +612,20 @@ class AccuracyEvidence(StrictModel):
     )
 
 
+class ResumeInfo(StrictModel):
+    """How a run was continued after an interruption (``tokenwatt run --resume``)."""
+
+    resumed_from: str = Field(description="The incomplete run file continued, as given")
+    reused_probes: Annotated[int, Field(ge=0)] = Field(
+        description="Recorded probes replayed into the sweep, not measured again"
+    )
+    saved_probe_seconds: NonNegFloat = Field(description="Their wall time: what was not spent")
+    reused_accuracy: bool = Field(description="The interrupted run's accuracy check was kept")
+    interrupted_reason: str | None = Field(
+        default=None, description="Why the interrupted run stopped (its incomplete_reason)"
+    )
+
+
 class RunFile(StrictModel):
     """Everything ``tokenwatt measure`` learned about one configuration."""
 
@@ -639,6 +658,10 @@ class RunFile(StrictModel):
     power: PowerEvidence | None = None
     mbu: MbuEvidence | None = None
     accuracy: AccuracyEvidence | None = None
+    resumed: list[ResumeInfo] = Field(
+        default_factory=list,
+        description="Each resumption of this run after an interruption, oldest first",
+    )
 
     @model_validator(mode="after")
     def _probe_order(self) -> RunFile:
