@@ -379,3 +379,52 @@ def probe_with_requests(index: int, rate: float, table: Any, **kw: Any) -> Probe
     }
     fields.update(kw)
     return probe(index, rate=rate, **fields)
+
+
+def virtual_run(
+    spec_path: Any,
+    *,
+    label: str,
+    role: str,
+    bandwidth_efficiency: float | None = None,
+    quick: bool = True,
+) -> RunFile:
+    """A quick run of a simulator spec in virtual time (``tokenwatt plan``'s engine): real
+    simulator probes, with their window requests, in about a second of CPU."""
+    from tokenwatt.figures import outcome_figures
+    from tokenwatt.plan import engine_config, run_trial, with_spec
+    from tokenwatt.store import filled, load_spec
+
+    loaded = load_spec(spec_path)
+    spec = loaded.spec
+    if bandwidth_efficiency is not None:
+        assert spec.engine.sim is not None
+        sim = spec.engine.sim.model_copy(update={"bandwidth_efficiency": bandwidth_efficiency})
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim": sim})})
+        loaded = with_spec(loaded, spec)
+    trial = run_trial(loaded, engine_config(loaded), seed=spec.workload.seed, quick=quick)
+    result = trial.result
+    fig = outcome_figures(trial.probes, result.confirm_probes, result.confirmed_rate_rps)
+    from tokenwatt.measure import effective_settings
+
+    effective = effective_settings(spec, quick=quick)[0]
+    return run(
+        label=label,
+        role=role,
+        quick=quick,
+        simulated=True,
+        spec=filled(spec),
+        effective=effective,
+        probes=trial.probes,
+        outcome=RunOutcome(
+            confirmed_rate_rps=fig.confirmed_rate_rps,
+            confirm_probes=list(result.confirm_probes),
+            slo_pass_count=fig.slo_pass_count,
+            goodput_tok_s=fig.goodput_tok_s,
+            repeat_goodputs_tok_s=fig.repeat_goodputs_tok_s,
+            ttft_p99_ms=fig.ttft_p99_ms,
+            tpot_p99_ms=fig.tpot_p99_ms,
+            probe_seconds=trial.total_seconds,
+            search_probe_seconds=trial.search_seconds,
+        ),
+    )

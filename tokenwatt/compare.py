@@ -22,6 +22,10 @@ against itself is no evidence. Outcomes, from the widened interval:
 - ``inconclusive``: none of these (or the probes do not bound the interval): the data cannot
   say.
 
+With several candidates (an N-way report), each gets its own verdict against the baseline from
+one joint fit of every configuration, with a multiple-comparison correction
+(:mod:`tokenwatt.multiplicity`, "Several candidates").
+
 The **minimum detectable effect** (MDE) is the smallest true change the comparison would call
 better or worse four times in five: (t(0.975) + t(0.80)) x the standard error of the log ratio,
 widened by the drift, as a percentage. Every verdict states its interval and MDE.
@@ -58,8 +62,9 @@ from dataclasses import dataclass
 
 from scipy import stats as scipy_stats
 
+from tokenwatt import multiplicity
 from tokenwatt.capacity import RelativeCapacity, SloName, relative_capacity
-from tokenwatt.schema.result import Fleet, Verdict, VerdictOutcome
+from tokenwatt.schema.result import Fleet, MultipleComparison, Verdict, VerdictOutcome
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 
@@ -78,6 +83,7 @@ __all__ = [
     "variance_band_pct",
     "verdict",
     "verdict_from_probes",
+    "verdicts_from_probes",
 ]
 
 HOURS_PER_YEAR = 8760.0
@@ -315,6 +321,91 @@ def verdict_from_probes(
     )
 
 
+def verdicts_from_probes(
+    configs: Sequence[tuple[CapacityFigures, Sequence[ProbeRecord]]],
+    slo: SloSpec,
+    *,
+    max_drop_pts: float | None,
+    paired: bool = False,
+    method: multiplicity.Correction = "holm",
+    alpha: float = multiplicity.FAMILY_ALPHA,
+) -> tuple[list[Verdict], MultipleComparison]:
+    """One verdict per candidate (key ``tuned``), with a multiple-comparison correction.
+
+    The configurations are fitted jointly (the baseline first, every candidate, the repeat), as
+    :func:`verdict_from_probes` does for one candidate; each candidate's p-value and step level
+    come from :mod:`tokenwatt.multiplicity`, its interval is refitted at that level, and it is
+    called better or worse only where the correction rejects it too.
+    """
+    order = [figures.key for figures, _ in configs]
+    candidates = [k for k, key in enumerate(order) if key == "tuned"]
+    base = configs[0][0]
+
+    def fit(confidence: float) -> RelativeCapacity | None:
+        return relative_capacity(
+            [probes for _, probes in configs],
+            slo,
+            binding=base.binding_slo or "tpot",
+            centres_rps=[figures.capacity_rps for figures, _ in configs],
+            paired=paired,
+            confidence=confidence,
+        )
+
+    relative = fit(CONFIDENCE)
+    drift_log = 0.0
+    if relative is not None and "other" in order:
+        drift_log = abs(relative.log_ratio[order.index("other")])
+    p_values = [
+        multiplicity.change_p_value(
+            relative.log_ratio[k], relative.log_se[k], drift_log=drift_log, dof=relative.dof
+        )
+        if relative is not None
+        else 1.0
+        for k in candidates
+    ]
+    adjusted = multiplicity.adjusted_p_values(p_values, method)
+    levels = multiplicity.step_levels(p_values, method, alpha=alpha)
+    fits: dict[float, RelativeCapacity | None] = {}
+    verdicts: list[Verdict] = []
+    figures_only = [figures for figures, _ in configs]
+    name = "Holm" if method == "holm" else "Bonferroni"
+    for k, p, p_adj, level in zip(candidates, p_values, adjusted, levels, strict=True):
+        confidence = 1.0 - level
+        if confidence not in fits:
+            fits[confidence] = fit(confidence)
+        v = capacity_verdict(
+            figures_only,
+            fits[confidence],
+            order=order,
+            max_drop_pts=max_drop_pts,
+            candidate=k,
+            confidence=confidence,
+        )
+        if v.outcome in ("better", "worse") and p_adj > alpha:
+            v = v.model_copy(
+                update={
+                    "outcome": "inconclusive",
+                    "text": f"{v.text} Not called {v.outcome}: {name}'s correction over"
+                    f" {len(candidates)} candidates does not reject it (adjusted p ="
+                    f" {p_adj:.3g} > {alpha:g}).",
+                }
+            )
+        verdicts.append(
+            v.model_copy(
+                update={
+                    "candidate": configs[k][0].label,
+                    "confidence_pct": confidence * 100.0,
+                    "p_value": p,
+                    "p_value_adjusted": p_adj,
+                    "test": f"Student's t on the log capacity ratio less the drift; {name}"
+                    f" correction over {len(candidates)} candidates, family-wise level {alpha:g}",
+                }
+            )
+        )
+    correction = MultipleComparison(method=method, family_alpha=alpha, candidates=len(candidates))
+    return verdicts, correction
+
+
 def _gate_failed(candidate: CapacityFigures, max_drop_pts: float | None) -> bool:
     return (
         max_drop_pts is not None
@@ -334,6 +425,8 @@ def capacity_verdict(
     *,
     order: Sequence[str],
     max_drop_pts: float | None,
+    candidate: int | None = None,
+    confidence: float = CONFIDENCE,
 ) -> Verdict:
     """The comparison's conclusion on SLO capacity (see the module docstring).
 
@@ -343,9 +436,14 @@ def capacity_verdict(
         order: the keys of the configurations in the order ``relative`` holds them; the first
             is the baseline.
         max_drop_pts: the accuracy gate (None: no gate).
+        candidate: the position in ``order`` (and ``configs``, then in the same order) of the
+            candidate judged; default: the one with key ``tuned``.
+        confidence: the level of the interval (``relative`` must be fitted at it) and the MDE.
     """
     by_key = {c.key: c for c in configs}
     baseline, tuned = by_key.get("baseline"), by_key.get("tuned")
+    if candidate is not None:
+        tuned = configs[candidate]
     if baseline is None or tuned is None:
         missing = "baseline" if baseline is None else "tuned"
         return Verdict(
@@ -354,14 +452,14 @@ def capacity_verdict(
             basis="slo_capacity",
         )
     who = f"'{tuned.label}' against '{baseline.label}'"
-    if relative is None or "tuned" not in order:
+    if relative is None or (candidate is None and "tuned" not in order):
         return Verdict(
             outcome="gate_failed" if _gate_failed(tuned, max_drop_pts) else "inconclusive",
             text=f"{who}: the probes do not support a capacity comparison (too few usable probes"
             " near either boundary); measure longer or with more probes.",
             basis="slo_capacity",
         )
-    k = list(order).index("tuned")
+    k = candidate if candidate is not None else list(order).index("tuned")
     change = relative.change_pct(k)
     log_ci = relative.ci[k]
     se = relative.log_se[k]
@@ -371,7 +469,7 @@ def capacity_verdict(
         drift_log = abs(relative.log_ratio[list(order).index("other")])
         drift_pct = relative.change_pct(list(order).index("other"))
     dof = relative.dof
-    z = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2.0, dof) + scipy_stats.t.ppf(POWER, dof))
+    z = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof) + scipy_stats.t.ppf(POWER, dof))
     mde = _pct(z * se + drift_log) if se is not None else None
     caps = ""
     if baseline.capacity_rps is not None and tuned.capacity_rps is not None:
@@ -384,10 +482,11 @@ def capacity_verdict(
     low = high = None
     if log_ci is not None:
         low, high = _pct(log_ci[0] - drift_log), _pct(log_ci[1] + drift_log)
+    level = f"{confidence * 100:.3g}%"
     interval = (
-        f"95% CI {low:+.1f}% to {high:+.1f}%{drift_text}"
+        f"{level} CI {low:+.1f}% to {high:+.1f}%{drift_text}"
         if low is not None and high is not None
-        else "95% interval unbounded: the probes do not pin the change down"
+        else f"{level} interval unbounded: the probes do not pin the change down"
     )
     mde_text = f"; minimum detectable effect ±{mde:.1f}%" if mde is not None else ""
     outcome: VerdictOutcome

@@ -16,19 +16,25 @@ for every command (success, an error, bad input, interrupted).
 asks for proof of no regression cannot pass a proven one. An accuracy-gate failure counts as a
 regression: the candidate is never an improvement then, whatever its capacity.
 
+**Several candidates** (an N-way report, :mod:`tokenwatt.multiplicity`): the gate reads every
+candidate's verdict (after the multiple-comparison correction) and fails if any one fails it.
+The status is that of the most severe failing verdict, in the order ``worse``, ``gate_failed``,
+``inconclusive`` (a proven capacity regression first), and the message names that candidate.
+
 :func:`summarize` gives what ``report --json`` prints: the verdict and each configuration's
 headline figures, as one JSON object.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
 from tokenwatt import policy
 from tokenwatt.schema.base import Role, StrictModel
-from tokenwatt.schema.result import ResultFile, Verdict, VerdictOutcome
+from tokenwatt.schema.result import MultipleComparison, ResultFile, Verdict, VerdictOutcome
 
 __all__ = [
     "EXIT_GATE_FAILED",
@@ -39,6 +45,8 @@ __all__ = [
     "FailOn",
     "ReportSummary",
     "exit_code",
+    "failing_verdict",
+    "result_verdicts",
     "summarize",
 ]
 
@@ -76,6 +84,27 @@ def exit_code(verdict: Verdict | None, fail_on: FailOn | None) -> int:
     return _FAILS[fail_on].get(verdict.outcome, 0)
 
 
+_SEVERITY: tuple[VerdictOutcome, ...] = ("worse", "gate_failed", "inconclusive")
+
+
+def result_verdicts(result: ResultFile) -> list[Verdict]:
+    """Every candidate's verdict: an N-way report's ``verdicts``, else its one ``verdict``."""
+    if result.verdicts is not None:
+        return list(result.verdicts)
+    return [result.verdict] if result.verdict is not None else []
+
+
+def failing_verdict(
+    verdicts: Sequence[Verdict], fail_on: FailOn | None
+) -> tuple[int, Verdict | None]:
+    """The exit status over several verdicts, and the verdict that sets it (None: it passes)."""
+    for outcome in _SEVERITY:
+        for v in verdicts:
+            if v.outcome == outcome and (code := exit_code(v, fail_on)):
+                return code, v
+    return 0, None
+
+
 class ConfigSummary(StrictModel):
     """One configuration's headline figures, as the result gives them."""
 
@@ -106,6 +135,12 @@ class ReportSummary(StrictModel):
     policy_violations: list[str] = Field(description="Each rule it breaks, in words")
     simulated: bool = Field(description="Made against the embedded simulator")
     verdict: Verdict | None = Field(description="The comparison's verdict, as in the result")
+    verdicts: list[Verdict] | None = Field(
+        default=None, description="N-way report: every candidate's verdict, as in the result"
+    )
+    correction: MultipleComparison | None = Field(
+        default=None, description="N-way report: the multiple-comparison correction"
+    )
     configs: list[ConfigSummary]
     mismatches: list[str] = Field(description="Differences accepted with --allow-mismatch")
     fail_on: FailOn | None = Field(description="The --fail-on level, if any")
@@ -123,6 +158,8 @@ def summarize(result: ResultFile, *, result_file: str, fail_on: FailOn | None) -
         policy_violations=[str(v) for v in violations],
         simulated=bool(result.simulated),
         verdict=result.verdict,
+        verdicts=result.verdicts,
+        correction=result.correction,
         configs=[
             ConfigSummary(
                 key=c.key,
@@ -145,5 +182,5 @@ def summarize(result: ResultFile, *, result_file: str, fail_on: FailOn | None) -
         ],
         mismatches=list(result.mismatches or []),
         fail_on=fail_on,
-        exit_code=exit_code(result.verdict, fail_on),
+        exit_code=failing_verdict(result_verdicts(result), fail_on)[0],
     )

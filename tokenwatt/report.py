@@ -27,12 +27,14 @@ from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
 from tokenwatt.load.prefix import expected_hit_rate
 from tokenwatt.load.workload import CHAT_MIX_V1, mean_tokens
+from tokenwatt.multiplicity import Correction
 from tokenwatt.schema.result import (
     CapacityFitSummary,
     ConfigAccuracy,
     ConfigMeasurement,
     ConfigResult,
     Fleet,
+    MultipleComparison,
     ProbePoint,
     ResultAccuracy,
     ResultFile,
@@ -503,14 +505,13 @@ def _not_covered(
     return notes
 
 
-def _capacity_verdict(
+def _capacity_inputs(
     ordered: Sequence[LoadedRun],
     figures: dict[int, ConfigFigures],
     configs: Sequence[ConfigResult],
-    max_drop: float | None,
-) -> Verdict:
-    """The verdict on SLO capacity from every run's probes, baseline first."""
-    inputs = [
+) -> list[tuple[compare.CapacityFigures, Sequence[ProbeRecord]]]:
+    """What the capacity verdicts read of each run, baseline first."""
+    return [
         (
             compare.CapacityFigures(
                 key=c.key,
@@ -524,11 +525,34 @@ def _capacity_verdict(
         )
         for r, c in zip(ordered, configs, strict=True)
     ]
+
+
+def _capacity_verdict(
+    ordered: Sequence[LoadedRun],
+    figures: dict[int, ConfigFigures],
+    configs: Sequence[ConfigResult],
+    max_drop: float | None,
+) -> Verdict:
+    """The verdict on SLO capacity from every run's probes, baseline first."""
     return compare.verdict_from_probes(
-        inputs,
+        _capacity_inputs(ordered, figures, configs),
         ordered[0].run.spec.slo,
         max_drop_pts=max_drop,
         paired=share_streams([r.run for r in ordered]),
+    )
+
+
+def _family_verdict(
+    verdicts: Sequence[Verdict], multiple: MultipleComparison, *, base_label: str
+) -> Verdict:
+    """The N-way report's one-sentence summary of its verdicts (for the result's summary)."""
+    name = "Holm" if multiple.method == "holm" else "Bonferroni"
+    each = "; ".join(f"'{v.candidate}': {v.outcome.replace('_', ' ')}" for v in verdicts)
+    return Verdict(
+        outcome="not_compared",
+        text=f"{len(verdicts)} candidates against '{base_label}' ({name} correction, family-wise"
+        f" level {multiple.family_alpha:g}): {each}.",
+        basis="slo_capacity",
     )
 
 
@@ -570,6 +594,7 @@ def build_result(
     allow_mismatch: bool = False,
     fleet_cards: int | None = compare.FLEET_CARDS,
     now: dt.datetime | None = None,
+    correction: Correction = "holm",
 ) -> ResultFile:
     """Combine run files into a result in the seed's schema.
 
@@ -582,6 +607,8 @@ def build_result(
             each difference on the result.
         fleet_cards: cards to project the difference onto; None for no fleet block.
         now: the time of the report (tests pin it).
+        correction: with several candidates (role ``tuned``), the multiple-comparison
+            correction of their verdicts (:mod:`tokenwatt.multiplicity`).
 
     Raises:
         ResultError: runs that cannot be combined or are inconsistent.
@@ -589,10 +616,17 @@ def build_result(
     if not runs:
         raise ResultError("no run files given")
     roles = [r.run.role for r in runs]
-    for role in ("baseline", "tuned"):
-        if roles.count(role) > 1:
-            paths = ", ".join(r.path for r in runs if r.run.role == role)
-            raise ResultError(f"more than one run has role '{role}': {paths}")
+    if roles.count("baseline") > 1:
+        paths = ", ".join(r.path for r in runs if r.run.role == "baseline")
+        raise ResultError(f"more than one run has role 'baseline': {paths}")
+    labels = [r.run.description or r.run.label for r in runs]
+    for later, label in enumerate(labels):
+        if label in labels[:later]:
+            paths = ", ".join(r.path for r, x in zip(runs, labels, strict=True) if x == label)
+            raise ResultError(
+                f"more than one run is labelled {label!r}: {paths}; each configuration of a"
+                " report needs its own label (--label, --description)"
+            )
     if "baseline" not in roles:
         raise ResultError("no run has role 'baseline'; the comparison needs one")
     for later, b in enumerate(runs):
@@ -630,7 +664,24 @@ def build_result(
     band = compare.variance_band_pct(comp)
     max_drop = ref.spec.accuracy.max_drop_pts if ref.spec.accuracy is not None else None
     on_capacity = all(p.requests is not None for r in ordered for p in r.run.probes)
-    if on_capacity:
+    n_way = roles.count("tuned") > 1
+    verdicts: list[Verdict] | None = None
+    multiple: MultipleComparison | None = None
+    if n_way and not on_capacity:
+        raise ResultError(
+            "several candidates (role 'tuned') need run files that keep their window requests"
+            " (the capacity verdict); re-measure with this tokenwatt"
+        )
+    if n_way:
+        verdicts, multiple = compare.verdicts_from_probes(
+            _capacity_inputs(ordered, figures, configs),
+            ref.spec.slo,
+            max_drop_pts=max_drop,
+            paired=share_streams([r.run for r in ordered]),
+            method=correction,
+        )
+        verdict = _family_verdict(verdicts, multiple, base_label=configs[0].label)
+    elif on_capacity:
         verdict = _capacity_verdict(ordered, figures, configs, max_drop)
     else:
         # Run files without their window requests (older ones): the seed's goodput verdict.
@@ -640,7 +691,7 @@ def build_result(
         )
     hardware = _hardware(ref)
     fleet: Fleet | None = None
-    if fleet_cards is not None:
+    if fleet_cards is not None and not n_way:  # the fleet block projects one candidate
         fleet = compare.fleet_projection(comp, cards=fleet_cards, gpus_per_config=hardware.count)
 
     spec = filled(ref.spec)
@@ -704,7 +755,9 @@ def build_result(
             spec=spec,
             schema_version=1,
             simulated=any(r.run.simulated for r in runs),
-            verdict=verdict,
+            verdict=None if n_way else verdict,
+            verdicts=verdicts,
+            correction=multiple,
             mismatches=mismatches or None,
             tokenwatt_version=ref.environment.tokenwatt_version,
             created_utc=now or dt.datetime.now(dt.UTC),
@@ -730,6 +783,7 @@ def report_command(
     out: str | None,
     allow_mismatch: bool,
     fleet_cards: int | None,
+    correction: Correction = "holm",
 ) -> str:
     """The ``tokenwatt report`` command line that makes this result, for the reproduce block."""
     parts = [
@@ -747,4 +801,6 @@ def report_command(
         parts.append("--allow-mismatch")
     if fleet_cards != compare.FLEET_CARDS:
         parts += ["--fleet-cards", "none" if fleet_cards is None else str(fleet_cards)]
+    if correction != "holm":
+        parts += ["--correction", correction]
     return " ".join(parts)

@@ -14,6 +14,7 @@ from tokenwatt import gate, policy, store
 from tokenwatt.cli._common import err_console, escape, out_console, result_id_arg, text_arg
 from tokenwatt.compare import FLEET_CARDS
 from tokenwatt.errors import ResultError
+from tokenwatt.multiplicity import CORRECTIONS, FAMILY_ALPHA
 from tokenwatt.report import LoadedRun, build_result, report_command
 
 __all__ = ["register", "run"]
@@ -40,7 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f" worse, {gate.EXIT_GATE_FAILED} it fails the accuracy gate (both levels),"
         f" {gate.EXIT_INCONCLUSIVE} the verdict is inconclusive (--fail-on inconclusive only).",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run files (one baseline, <= 1 tuned)")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run files: one baseline, any number of candidates (tuned, each its own label),"
+        " and the baseline's repeat (other)",
+    )
     p.add_argument("--title", required=True, type=text_arg, help="title of the result")
     p.add_argument(
         "--id", dest="result_id", type=result_id_arg, help="result id (default: from the title)"
@@ -63,12 +70,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--force", action="store_true", help="replace an existing result file (only a result)"
     )
     p.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default="holm",
+        help="with several candidates: the multiple-comparison correction of their verdicts,"
+        f" holding the family-wise error rate at {FAMILY_ALPHA:g} (default: holm)",
+    )
+    p.add_argument(
         "--fail-on",
         choices=gate.FAIL_ON_LEVELS,
         help="CI gate: exit non-zero when the verdict says so. 'worse': exit"
         f" {gate.EXIT_WORSE} if the candidate is worse, {gate.EXIT_GATE_FAILED} if it fails the"
         f" accuracy gate; 'inconclusive': those, and {gate.EXIT_INCONCLUSIVE} if the data cannot"
-        " say. The result is written either way",
+        " say. With several candidates, the most severe of their verdicts. The result is"
+        " written either way",
     )
     p.add_argument(
         "--json",
@@ -113,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         allow_mismatch=args.allow_mismatch,
         fleet_cards=args.fleet_cards,
+        correction=args.correction,
     )
     result = build_result(
         loaded,
@@ -121,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         result_id=args.result_id,
         allow_mismatch=args.allow_mismatch,
         fleet_cards=args.fleet_cards,
+        correction=args.correction,
     )
     out = Path(args.out) if args.out else Path("results") / f"{result.id}.json"
     store.check_output(out, kind="result", force=args.force)
@@ -131,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     con.print(f"wrote {escape(str(out))} (status: {result.status})")
     if result.verdict is not None:
         con.print(escape(result.verdict.text))
+    for each in result.verdicts or []:
+        con.print(escape(each.text))
     for violation in policy.check_result(result):
         err.print(f"[yellow]not publishable[/yellow]: {escape(str(violation))}")
     if result.mismatches:
@@ -138,9 +157,11 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"[yellow]mismatch accepted[/yellow]: {escape(mismatch)}")
     summary = gate.summarize(result, result_file=str(out), fail_on=args.fail_on)
     if summary.exit_code:
-        assert result.verdict is not None  # a gate fails only on a verdict
+        _, failing = gate.failing_verdict(gate.result_verdicts(result), args.fail_on)
+        assert failing is not None  # a gate fails only on a verdict
+        whose = f" for '{failing.candidate}'" if failing.candidate else ""
         err.print(
-            f"[red]--fail-on {args.fail_on}[/red]: the verdict is {result.verdict.outcome}"
+            f"[red]--fail-on {args.fail_on}[/red]: the verdict{whose} is {failing.outcome}"
             f" (exit {summary.exit_code})"
         )
     if args.json:

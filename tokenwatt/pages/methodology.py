@@ -35,6 +35,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Power and energy", "tokenwatt.energy"),
     ("Accuracy gate", "tokenwatt.accuracy"),
     ("Verdict", "tokenwatt.compare"),
+    ("Several candidates", "tokenwatt.multiplicity"),
     ("Planning a run in virtual time", "tokenwatt.plan"),
     ("Rated memory bandwidth", "tokenwatt.gpus"),
     ("Impossible results", "tokenwatt.schema.limits"),

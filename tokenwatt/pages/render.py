@@ -28,6 +28,7 @@ import jinja2
 from markupsafe import Markup
 
 from tokenwatt import compare, figures, policy
+from tokenwatt.multiplicity import RankRow, rank_by_change
 from tokenwatt.pages import charts as charts_mod
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.result import ConfigResult, ResultFile
@@ -350,6 +351,37 @@ class ResultView:
     def tuned(self) -> ConfigView | None:
         """The first tuned config, if the result has one."""
         return next((v for v in self.configs if v.config.key == "tuned"), None)
+
+    @property
+    def ranking(self) -> list[RankRow]:
+        """An N-way report's configurations ranked by SLO capacity change (empty otherwise)."""
+        verdicts = {v.candidate: v for v in self.result.verdicts or []}
+        if not verdicts:
+            return []
+        rows = []
+        for view in self.configs:
+            c = view.config
+            if c.key == "other":
+                continue
+            v = verdicts.get(c.label) if c.key == "tuned" else None
+            ci = (
+                (v.ci_low_pct, v.ci_high_pct)
+                if v is not None and v.ci_low_pct is not None and v.ci_high_pct is not None
+                else None
+            )
+            rows.append(
+                RankRow(
+                    rank=0,
+                    label=c.label,
+                    key=c.key,
+                    capacity_rps=c.slo_capacity_rps,
+                    change_pct=0.0 if c.key == "baseline" else (v.change_pct if v else None),
+                    ci_pct=ci,
+                    confidence_pct=v.confidence_pct if v is not None else None,
+                    outcome=v.outcome if v is not None else None,
+                )
+            )
+        return rank_by_change(rows)
 
     @property
     def page_uri(self) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "ConfigResult",
     "ConfigTelemetry",
     "Fleet",
+    "MultipleComparison",
     "PowerTracePoint",
     "PowerTraceSummary",
     "PowerValidity",
@@ -529,6 +530,27 @@ class Verdict(StrictModel):
         description="Baseline repeat (role other) vs baseline SLO capacity, %: the interval is"
         " widened by it",
     )
+    candidate: str | None = Field(
+        default=None, description="N-way report: the label of the candidate this verdict judges"
+    )
+    confidence_pct: Annotated[float, Field(gt=0, lt=100)] | None = Field(
+        default=None,
+        description="N-way report: level of the interval, %, as the multiple-comparison"
+        " correction sets it (absent: 95)",
+    )
+    p_value_adjusted: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None, description="N-way report: p_value adjusted by the correction"
+    )
+
+
+class MultipleComparison(StrictModel):
+    """How an N-way report holds the family-wise error rate over its candidates."""
+
+    method: Literal["holm", "bonferroni"] = Field(description="The correction applied")
+    family_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        description="Family-wise error rate held: the chance of any false better/worse call"
+    )
+    candidates: Annotated[int, Field(ge=2)] = Field(description="Candidates compared (m)")
 
 
 class ResultFile(StrictModel):
@@ -562,12 +584,36 @@ class ResultFile(StrictModel):
     )
     tokenwatt_version: str | None = None
     created_utc: dt.datetime | None = None
+    verdicts: list[Verdict] | None = Field(
+        default=None,
+        description="N-way report: one verdict per candidate (role tuned), in config order;"
+        " verdict is then absent",
+    )
+    correction: MultipleComparison | None = Field(
+        default=None, description="N-way report: the multiple-comparison correction"
+    )
 
     @model_validator(mode="after")
     def _one_baseline(self) -> ResultFile:
         baselines = [c for c in self.configs if c.key == "baseline"]
         if len(baselines) > 1:
             raise ValueError("more than one config has key 'baseline'")
+        return self
+
+    @model_validator(mode="after")
+    def _one_verdict_per_candidate(self) -> ResultFile:
+        if self.verdicts is None and self.correction is None:
+            return self
+        if self.verdicts is None or self.correction is None:
+            raise ValueError("verdicts and correction go together (an N-way report)")
+        candidates = [c.label for c in self.configs if c.key == "tuned"]
+        judged = [v.candidate for v in self.verdicts]
+        if judged != candidates or self.correction.candidates != len(candidates):
+            raise ValueError(
+                f"verdicts judge {judged}, but the candidates (key tuned) are {candidates}"
+            )
+        if self.verdict is not None:
+            raise ValueError("an N-way report has verdicts, not one verdict")
         return self
 
     @model_validator(mode="after")
