@@ -619,6 +619,14 @@ def build_result(
     if roles.count("baseline") > 1:
         paths = ", ".join(r.path for r in runs if r.run.role == "baseline")
         raise ResultError(f"more than one run has role 'baseline': {paths}")
+    # A copied run file also repeats its label: say what is really wrong first.
+    for later, b in enumerate(runs):
+        for a in runs[:later]:
+            if b.run.probes and b.run.probes == a.run.probes:
+                raise ResultError(
+                    f"{b.path} holds the same measurement as {a.path} (identical probes): a"
+                    " run counted twice would look like two agreeing configurations"
+                )
     labels = [r.run.description or r.run.label for r in runs]
     for later, label in enumerate(labels):
         if label in labels[:later]:
@@ -629,13 +637,6 @@ def build_result(
             )
     if "baseline" not in roles:
         raise ResultError("no run has role 'baseline'; the comparison needs one")
-    for later, b in enumerate(runs):
-        for a in runs[:later]:
-            if b.run.probes and b.run.probes == a.run.probes:
-                raise ResultError(
-                    f"{b.path} holds the same measurement as {a.path} (identical probes): a"
-                    " run counted twice would look like two agreeing configurations"
-                )
     mismatches = comparability(runs)
     if mismatches and not allow_mismatch:
         raise ResultError(

@@ -184,12 +184,15 @@ def test_roles_are_checked():
     with pytest.raises(ResultError, match="more than one run has role 'baseline'"):
         make([runs[0], runs[0].model_copy(update={"label": "x", "description": "x"})])
     # Several candidates may share role tuned (an N-way report), never a label.
-    two = [runs[0], runs[1], runs[1].model_copy(update={"label": "x"})]
+    other_probes = [p.model_copy(update={"rate_rps": p.rate_rps * 1.01}) for p in runs[1].probes]
+    two = [runs[0], runs[1], runs[1].model_copy(update={"label": "x", "probes": other_probes})]
     with pytest.raises(ResultError, match="more than one run is labelled 'tuned kernels'"):
         make(two)
+    # The same measurement twice is named as such, before its repeated label.
+    with pytest.raises(ResultError, match="holds the same measurement as"):
+        make([runs[0], runs[1], runs[1].model_copy(update={"label": "x"})])
     # These older run files keep no window requests: no capacity verdicts, so no N-way report.
-    other_probes = [p.model_copy(update={"rate_rps": p.rate_rps * 1.01}) for p in runs[1].probes]
-    two[2] = two[2].model_copy(update={"description": "x", "probes": other_probes})
+    two[2] = two[2].model_copy(update={"description": "x"})
     with pytest.raises(ResultError, match="several candidates .* keep their window requests"):
         make(two)
 
