@@ -10,18 +10,18 @@ summary the run file merely asserts.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from tokenwatt import capacity, compare, policy
+from tokenwatt.comparability import run_differences
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
@@ -110,51 +110,13 @@ def quote_arg(value: str) -> str:
 # Comparability
 
 
-def _hardware_key(run: RunFile) -> str:
-    names = sorted(g.name for g in run.environment.gpus)
-    if run.simulated and run.spec.engine.sim is not None:
-        names = names or [f"sim:{run.spec.engine.sim.gpu}"]
-    return f"{len(names)} x {', '.join(names) or 'unknown accelerator'}"
-
-
-def _model_key(run: RunFile) -> str:
-    return run.model_geometry_key or f"{run.spec.model.name} (vocab {run.spec.model.vocab_size})"
-
-
-def _workload_key(spec: Spec) -> str:
-    w = spec.workload
-    return json.dumps(w.model_dump(mode="json"), sort_keys=True)
-
-
 def comparability(runs: Sequence[LoadedRun]) -> list[str]:
     """Every way the runs differ in hardware, model, SLO, workload or durations.
 
-    The first run is the reference; each difference names the runs and both values.
+    The first run is the reference; each difference names the runs and both values
+    (:mod:`tokenwatt.comparability` defines each aspect).
     """
-    if not runs:
-        return []
-    ref = runs[0]
-    checks: dict[str, Callable[[RunFile], str]] = {
-        "hardware": _hardware_key,
-        "model": _model_key,
-        "SLO": lambda r: (
-            f"p99 TTFT {r.spec.slo.ttft_p99_ms:g} ms, p99 TPOT {r.spec.slo.tpot_p99_ms:g} ms"
-        ),
-        "workload": lambda r: _workload_key(r.spec),
-        "measurement durations": lambda r: (
-            f"warm-up {r.effective.warmup_s:g} s, window {r.effective.window_s:g} s,"
-            f" search window {r.effective.search_window_s:g} s, {r.effective.repeats} repeats"
-        ),
-        "simulated": lambda r: "simulated" if r.simulated else "real hardware",
-    }
-    out: list[str] = []
-    for name, key in checks.items():
-        want = key(ref.run)
-        for other in runs[1:]:
-            got = key(other.run)
-            if got != want:
-                out.append(f"{name}: {ref.path} has {want}; {other.path} has {got}")
-    return out
+    return [d.text for d in run_differences([(r.path, r.run) for r in runs])]
 
 
 # ---------------------------------------------------------------------------------------------

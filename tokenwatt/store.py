@@ -289,8 +289,22 @@ def load_run(path: Path) -> RunFile:
 
 
 def load_result(path: Path) -> ResultFile:
-    """Load and validate a result file."""
+    """Load and validate a result file.
+
+    Raises:
+        ResultError: naming the file and the field; a run or spec file is named as one.
+    """
     data = read_mapping(path, error=ResultError)
+    if "configs" not in data and (
+        path.suffix.lower() in (".yaml", ".yml")
+        or data.get("kind") == RUN_KIND
+        or ("engine" in data and "model" in data)
+    ):
+        kind = detect_kind(path, data)
+        raise ResultError(
+            f"{path}: is a {kind} file, not a result; 'tokenwatt report' makes a result from"
+            " run files"
+        )
     _check_version(path, "result", data)
     return _validate(path, "result", data, ResultFile)
 
