@@ -17,14 +17,25 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from tokenwatt import __version__, redact
-from tokenwatt.cli import demo, export, measure, plan, report, schema, sim, suite, validate
+from tokenwatt.cli import (
+    compare,
+    demo,
+    export,
+    measure,
+    plan,
+    report,
+    schema,
+    sim,
+    suite,
+    validate,
+)
 from tokenwatt.errors import TokenwattError
 
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
 
-_SUBCOMMANDS = (measure, report, export, validate, schema, sim, suite, plan, demo)
+_SUBCOMMANDS = (measure, report, compare, export, validate, schema, sim, suite, plan, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
