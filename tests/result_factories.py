@@ -294,3 +294,27 @@ def capacity_mode_data(seed_path: Path) -> dict[str, Any]:
         "drift_pct": -0.6,
     }
     return data
+
+
+def _engine(data: dict[str, Any], version: str) -> None:
+    data["software"]["engine_version"] = version
+    for config in data["configs"]:
+        config["engine"] = f"vLLM {version} \u00b7 KV BF16"
+        config["engine_version"] = version
+
+
+def over_time_data(seed_path: Path, *, mismatch: bool = True) -> dict[str, dict[str, Any]]:
+    """One scenario over three months, for ``tokenwatt compare`` and its pages: the seed
+    (October, no SLO capacity), a full-mode result (November, vLLM 0.32.0) and a capacity
+    result (December, vLLM 0.33.0), with a looser TPOT bound in December (the one mismatch)
+    unless ``mismatch`` is false. Keyed by month, in that order."""
+    november = full_mode_data(seed_path, result_id="h100-november")
+    november["published"] = "2026-11-02"
+    _engine(november, "0.32.0")
+    december = capacity_mode_data(seed_path)
+    december["id"] = "h100-december"
+    december["published"] = "2026-12-01"
+    _engine(december, "0.33.0")
+    if mismatch:
+        december["slo"]["tpot_p99_ms"] = december["spec"]["slo"]["tpot_p99_ms"] = 60.0
+    return {"seed": seed_data(seed_path), "november": november, "december": december}

@@ -13,7 +13,7 @@ Pure: the CLI loads the files and prints; the site renders the same rows.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -23,15 +23,23 @@ from tokenwatt.comparability import result_differences
 from tokenwatt.errors import ResultError
 from tokenwatt.gate import result_verdicts
 from tokenwatt.schema.base import Role, StrictModel
-from tokenwatt.schema.result import ConfigResult, ResultFile, VerdictOutcome
+from tokenwatt.schema.result import (
+    RESULT_ID_MAX_CHARS,
+    RESULT_ID_PATTERN,
+    ConfigResult,
+    ResultFile,
+    VerdictOutcome,
+)
 
 __all__ = [
     "ComparedResult",
     "ComparisonRow",
     "ComparisonSet",
+    "ComparisonSetFile",
     "LoadedResult",
     "build_comparison_set",
     "result_date",
+    "select_results",
 ]
 
 
@@ -41,6 +49,45 @@ class LoadedResult:
 
     path: str
     result: ResultFile
+
+
+ResultId = Annotated[str, Field(pattern=RESULT_ID_PATTERN, max_length=RESULT_ID_MAX_CHARS)]
+
+
+class ComparisonSetFile(StrictModel):
+    """A ``comparisons/<id>.yaml`` file: which results one site page puts side by side."""
+
+    title: str = Field(min_length=1, description="Title of the page")
+    description: str | None = Field(
+        default=None, description="What the set follows, in words (shown under the title)"
+    )
+    results: list[ResultId] = Field(
+        min_length=1,
+        description="Result ids (results/<id>.json); the first is the reference the others"
+        " are checked against",
+    )
+    allow_mismatch: bool = Field(
+        default=False,
+        description="Show results that differ from the first in hardware, model, SLO,"
+        " workload or simulation, each marked (as compare --allow-mismatch)",
+    )
+
+
+def select_results(
+    wanted: ComparisonSetFile, available: Mapping[str, LoadedResult], *, where: str
+) -> list[LoadedResult]:
+    """The results a set file names, in its order.
+
+    Raises:
+        ResultError: naming the set file and each id no result has.
+    """
+    missing = [i for i in wanted.results if i not in available]
+    if missing:
+        raise ResultError(
+            f"{where}: results: no result has the id {', '.join(map(repr, missing))}"
+            f" (known: {', '.join(sorted(available)) or 'none'})"
+        )
+    return [available[i] for i in wanted.results]
 
 
 class ComparedResult(StrictModel):

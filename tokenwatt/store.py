@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tokenwatt import bounded, redact
+from tokenwatt.comparison_set import ComparisonSetFile
 from tokenwatt.errors import InputError, ResultError, RunFileError, SpecError, WriteError
 from tokenwatt.schema.base import RUN_KIND, SCHEMA_VERSION
 from tokenwatt.schema.result import ResultFile
@@ -47,6 +48,7 @@ __all__ = [
     "filled",
     "format_validation_error",
     "load_any",
+    "load_comparison_set",
     "load_result",
     "load_run",
     "load_spec",
@@ -150,9 +152,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def format_validation_error(
-    path: Path | str, kind: FileKind, exc: ValidationError, data: Any
-) -> str:
+def format_validation_error(path: Path | str, kind: str, exc: ValidationError, data: Any) -> str:
     """One readable message for a validation error: the file, each field path and its problem."""
     found: list[tuple[str, str]] = []
     errors = exc.errors(include_url=False)
@@ -169,7 +169,8 @@ def format_validation_error(
         ):
             msg = f"{msg} (got {_short(err.get('input'))})"
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see 'tokenwatt schema " + kind + "')"
+            msg = "unknown field (check the spelling"
+            msg += f"; see 'tokenwatt schema {kind}')" if kind in _MODEL else ")"
         found.append((field, msg))
     # Keep the most specific (deepest) path, and its first (most relevant) message.
     paths = {f for f, _ in found}
@@ -307,6 +308,19 @@ def load_result(path: Path) -> ResultFile:
         )
     _check_version(path, "result", data)
     return _validate(path, "result", data, ResultFile)
+
+
+def load_comparison_set(path: Path) -> ComparisonSetFile:
+    """Load and validate a ``comparisons/<id>.yaml`` file (the results one site page compares).
+
+    Raises:
+        ResultError: naming the file, the field and the problem.
+    """
+    data = read_mapping(path, error=ResultError)
+    try:
+        return ComparisonSetFile.model_validate(data)
+    except ValidationError as exc:
+        raise ResultError(format_validation_error(path, "comparison set", exc, data)) from None
 
 
 def load_any(path: Path) -> tuple[FileKind, BaseModel]:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests import factories
-from tests.result_factories import capacity_mode_data, full_mode_data, seed_data
+from tests.result_factories import capacity_mode_data, over_time_data
 from tokenwatt import store
 from tokenwatt.cli import main
 from tokenwatt.comparison_set import ComparisonSet, LoadedResult, build_comparison_set
@@ -16,28 +16,11 @@ from tokenwatt.errors import ResultError
 from tokenwatt.schema.result import ResultFile
 
 
-def _engine(data, version):
-    data["software"]["engine_version"] = version
-    for config in data["configs"]:
-        config["engine"] = f"vLLM {version} \u00b7 KV BF16"
-        config["engine_version"] = version
-
-
 @pytest.fixture
 def three(tmp_path, seed_path):
-    """The seed (October, no capacity), a full-mode result (November), a capacity result
-    (December, with a stricter TPOT bound: the one mismatch). Given out of date order."""
-    seed = seed_data(seed_path)
-    november = full_mode_data(seed_path, result_id="h100-november")
-    november["published"] = "2026-11-02"
-    _engine(november, "0.32.0")
-    december = capacity_mode_data(seed_path)
-    december["id"] = "h100-december"
-    december["published"] = "2026-12-01"
-    _engine(december, "0.33.0")
-    december["slo"]["tpot_p99_ms"] = december["spec"]["slo"]["tpot_p99_ms"] = 60.0
+    """The seed, November and December (a looser TPOT bound: the one mismatch)."""
     paths = {}
-    for name, data in (("november", november), ("seed", seed), ("december", december)):
+    for name, data in over_time_data(seed_path).items():
         path = tmp_path / f"{name}.json"
         store.save_result(ResultFile.model_validate(data), path)
         paths[name] = path

@@ -13,6 +13,10 @@ Thin hooks over :mod:`tokenwatt.pages.render` and :mod:`tokenwatt.pages.methodol
   themselves come from the cache), and axis ticks are no search terms.
 - ``on_page_markdown`` puts the result tables into the index page and the definitions into the
   methodology page, where their markers are.
+- Each ``comparisons/<id>.yaml`` (:class:`~tokenwatt.comparison_set.ComparisonSetFile`: a
+  title and result ids) becomes a page of those results side by side by date, with charts of
+  SLO capacity, tokens per joule and MBU against date (:mod:`tokenwatt.pages.comparison_page`);
+  an unknown id or results that are not of one scenario fail the build, naming the set file.
 
 With ``strict_publish`` (or ``TOKENWATT_STRICT_PUBLISH=1``) a result whose status is "published"
 but which breaks the publishing policy fails the build; without it, it is built with its flag.
@@ -37,9 +41,11 @@ from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
 from tokenwatt import store
-from tokenwatt.errors import TokenwattError
-from tokenwatt.pages import charts, methodology, render
+from tokenwatt.comparison_set import LoadedResult, build_comparison_set, select_results
+from tokenwatt.errors import ResultError, TokenwattError
+from tokenwatt.pages import charts, comparison_page, methodology, render
 from tokenwatt.pages.chart_cache import ChartCache, chart_cache_dir
+from tokenwatt.schema.result import RESULT_ID_PATTERN
 
 __all__ = [
     "INDEX_MARKER",
@@ -69,6 +75,7 @@ class ResultPagesConfig(Config):  # type: ignore[no-untyped-call]
 
     enabled = c.Type(bool, default=True)
     results_dir = c.Dir(exists=True, default="results")
+    comparisons_dir = c.Dir(exists=False, default="comparisons")
     templates_dir = c.Dir(exists=True, default="templates")
     strict_publish = c.Type(bool, default=False)
     index_page = c.Type(str, default="index.md")
@@ -100,6 +107,7 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
         self._env: jinja2.Environment | None = None
         self.chart_cache: ChartCache | None = None
         self._charts: dict[str, charts.Chart] = {}
+        self.comparisons: list[tuple[str, str]] = []
 
     @property
     def env(self) -> jinja2.Environment:
@@ -189,7 +197,54 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
             generated.generated_by = "tokenwatt"
             files.append(generated)
         logger.info("tokenwatt: %d result page(s) generated", len(self.views))
+        self.comparisons = self._comparison_pages(files, config)
         return files
+
+    def _comparison_pages(self, files: Files, config: MkDocsConfig) -> list[tuple[str, str]]:
+        """One page per comparison set file; returns each page's (title, uri) for the index."""
+        folder = Path(self.config.comparisons_dir)
+        if not folder.is_dir():
+            return []
+        available = {v.result.id: LoadedResult(v.source, v.result) for v in self.views}
+        # The comparison pages sit one folder down, beside results/.
+        uris = {v.result.id: f"../{v.page_uri}" for v in self.views}
+        pages: list[tuple[str, str]] = []
+        for path in sorted(folder.glob("*.yaml")):
+            where = f"{folder.name}/{path.name}"
+            try:
+                if not re.fullmatch(RESULT_ID_PATTERN, path.stem):
+                    raise ResultError(
+                        f"{where}: the file name is the page's id: lower-case letters, digits,"
+                        " '.', '_' and '-'"
+                    )
+                wanted = store.load_comparison_set(path)
+                chosen = select_results(wanted, available, where=where)
+                try:
+                    comparison = build_comparison_set(chosen, allow_mismatch=wanted.allow_mismatch)
+                except ResultError as exc:
+                    raise ResultError(f"{where}: {exc}") from exc
+                content = comparison_page.render_comparison(
+                    path.stem,
+                    wanted,
+                    comparison,
+                    env=self.env,
+                    result_uris=uris,
+                    draw=self._placeholder,
+                )
+            except TokenwattError as exc:
+                raise PluginError(str(exc)) from exc
+            uri = comparison_page.comparison_page_uri(path.stem)
+            if files.get_file_from_path(uri) is not None:
+                raise PluginError(
+                    f"{config.docs_dir}/{uri}: a hand-written page has the path of the generated"
+                    f" page of {where}; remove or rename it"
+                )
+            generated = File.generated(config, uri, content=content)
+            generated.generated_by = "tokenwatt"
+            files.append(generated)
+            pages.append((wanted.title, uri))
+        logger.info("tokenwatt: %d comparison page(s) generated", len(pages))
+        return pages
 
     def on_post_page(self, output: str, /, *, page: Page, config: MkDocsConfig) -> str | None:
         """Put each chart's SVG where its placeholder is."""
@@ -225,6 +280,8 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
         """Rebuild when a result file or a template changes under ``mkdocs serve``."""
         if self.config.enabled:
             server.watch(self.config.results_dir)
+            if Path(self.config.comparisons_dir).is_dir():
+                server.watch(self.config.comparisons_dir)
             server.watch(self.config.templates_dir)
         return server
 
@@ -239,7 +296,7 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
             return _replace(
                 markdown,
                 INDEX_MARKER,
-                render.render_index(self.views, env=self.env),
+                render.render_index(self.views, env=self.env, comparisons=self.comparisons),
                 where=f"{config.docs_dir}/{uri}",
             )
         if uri == self.config.methodology_page:

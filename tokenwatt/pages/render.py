@@ -513,6 +513,19 @@ def render_result(view: ResultView, *, env: jinja2.Environment, draw: SvgDrawer 
     )
 
 
-def render_index(views: Sequence[ResultView], *, env: jinja2.Environment) -> str:
-    """The Markdown of the index's result tables (inserted into the hand-written index page)."""
-    return env.get_template("index.md.j2").render(sections=index_sections(views))
+def render_index(
+    views: Sequence[ResultView],
+    *,
+    env: jinja2.Environment,
+    comparisons: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The Markdown of the index's result tables (inserted into the hand-written index page).
+
+    Args:
+        views: the results.
+        env: from :func:`make_environment`.
+        comparisons: each comparison set page's (title, docs-relative uri).
+    """
+    return env.get_template("index.md.j2").render(
+        sections=index_sections(views), comparisons=comparisons
+    )
