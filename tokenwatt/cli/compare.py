@@ -16,8 +16,12 @@ from rich.text import Text
 
 from tokenwatt import store
 from tokenwatt.cli._common import err_console, escape, out_console
-from tokenwatt.comparison_set import ComparisonRow, ComparisonSet, LoadedResult
-from tokenwatt.comparison_set import build_comparison_set as build
+from tokenwatt.comparison_set import (
+    ComparisonRow,
+    ComparisonSet,
+    LoadedResult,
+    build_comparison_set,
+)
 
 __all__ = ["register", "run", "table"]
 
@@ -118,7 +122,7 @@ def table(comparison: ComparisonSet) -> Table:
 def run(args: argparse.Namespace) -> int:
     """Load the results, check they compare, print them."""
     loaded = [LoadedResult(path, store.load_result(Path(path))) for path in args.results]
-    comparison = build(loaded, allow_mismatch=args.allow_mismatch)
+    comparison = build_comparison_set(loaded, allow_mismatch=args.allow_mismatch)
     err = err_console()
     for mismatch in comparison.mismatches:
         err.print(f"[yellow]mismatch accepted[/yellow]: {escape(mismatch)}")
