@@ -71,6 +71,8 @@ _ERROR_CLASS: dict[FileKind, type[InputError]] = {
     "result": ResultError,
 }
 _MODEL: dict[FileKind, type[BaseModel]] = {"spec": Spec, "run": RunFile, "result": ResultFile}
+_SCHEMA = {"spec": "spec", "run": "run", "result": "result", "comparison set": "comparison"}
+"""Each kind of file, as ``tokenwatt schema`` names it."""
 _MAX_ERRORS_SHOWN = 8
 _TOP_LEVEL = "(top level)"
 _NAMES_FIELD = re.compile(r"[a-z_]+(\[\d+\])?(\.[a-z_0-9]+(\[\d+\])?)*: ")
@@ -169,8 +171,7 @@ def format_validation_error(path: Path | str, kind: str, exc: ValidationError, d
         ):
             msg = f"{msg} (got {_short(err.get('input'))})"
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling"
-            msg += f"; see 'tokenwatt schema {kind}')" if kind in _MODEL else ")"
+            msg = f"unknown field (check the spelling; see 'tokenwatt schema {_SCHEMA[kind]}')"
         found.append((field, msg))
     # Keep the most specific (deepest) path, and its first (most relevant) message.
     paths = {f for f, _ in found}

@@ -118,6 +118,7 @@ def test_a_bad_set_file_is_named_with_its_field(tmp_path):
     assert message.startswith(f"{path}: invalid comparison set")
     assert "results" in message
     assert "colour: unknown field" in message
+    assert "tokenwatt schema comparison" in message
 
 
 def test_the_index_links_each_comparison_page_only_when_there_is_one():

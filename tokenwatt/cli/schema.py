@@ -1,4 +1,4 @@
-"""``tokenwatt schema {spec,run,result}``: print a file kind's JSON Schema."""
+"""``tokenwatt schema {spec,run,result,comparison}``: print a file kind's JSON Schema."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ import json
 from pydantic import BaseModel
 
 from tokenwatt.cli._common import out_console
+from tokenwatt.comparison_set import ComparisonSetFile
 from tokenwatt.schema.result import ResultFile
 from tokenwatt.schema.run import RunFile
 from tokenwatt.schema.spec import Spec
 
 __all__ = ["MODELS", "register", "run"]
 
-MODELS: dict[str, type[BaseModel]] = {"spec": Spec, "run": RunFile, "result": ResultFile}
+MODELS: dict[str, type[BaseModel]] = {
+    "spec": Spec,
+    "run": RunFile,
+    "result": ResultFile,
+    "comparison": ComparisonSetFile,
+}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
