@@ -332,7 +332,7 @@ def test_one_bad_file_among_good_ones_still_exits_2_and_checks_the_rest(
     assert "bad.yaml" in captured.err
 
 
-@pytest.mark.parametrize("kind", ["spec", "run", "result"])
+@pytest.mark.parametrize("kind", ["spec", "run", "result", "comparison"])
 def test_schema_command_prints_json_schema(capsys, kind):
     assert main(["schema", kind]) == 0
     schema = json.loads(capsys.readouterr().out)
