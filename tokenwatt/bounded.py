@@ -40,6 +40,7 @@ __all__ = [
     "parse_yaml",
     "read_bytes",
     "read_text",
+    "utf8_text",
 ]
 
 MAX_DOCUMENT_BYTES = 256 * 2**20
@@ -124,12 +125,16 @@ def read_text(
     path: Path, *, error: type[InputError] = InputError, max_bytes: int = MAX_DOCUMENT_BYTES
 ) -> str:
     """The UTF-8 text of a regular file (a leading byte-order mark dropped)."""
-    raw = read_bytes(path, error=error, max_bytes=max_bytes)
+    return utf8_text(read_bytes(path, error=error, max_bytes=max_bytes), where=path, error=error)
+
+
+def utf8_text(raw: bytes, *, where: Path | str, error: type[InputError] = InputError) -> str:
+    """``raw`` decoded as UTF-8 (a leading byte-order mark dropped); ``where`` names it."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(
-            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+            f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
     return text.removeprefix("\ufeff")
 

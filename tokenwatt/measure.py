@@ -37,7 +37,7 @@ from tokenwatt import energy, provenance
 from tokenwatt.accuracy import accuracy_evidence, load_suite, run_accuracy
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.engine_config import read_engine_config
-from tokenwatt.errors import EndpointError, InputError, Interrupted, TokenwattError
+from tokenwatt.errors import EndpointError, InputError, Interrupted, SpecError, TokenwattError
 from tokenwatt.figures import outcome_figures, search_phases
 from tokenwatt.geometry import ModelGeometry, geometry_for_spec
 from tokenwatt.gpus import preset
@@ -149,6 +149,13 @@ class MeasureOptions:
     resume: Path | None = None
     """An incomplete run file to continue (``--resume``); ``out`` may be the same file."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def _spec_sha256(loaded: LoadedSpec) -> str:
+    """The spec's SHA-256 as loaded (never the file as it is now: it may have changed since)."""
+    if loaded.sha256 is None:
+        raise SpecError(f"{loaded.path}: the spec was not loaded from its file (no SHA-256)")
+    return loaded.sha256
 
 
 def effective_settings(
@@ -322,7 +329,7 @@ def _run_file(
             engine_config=state.engine_config,
             driver=state.driver,
             gpus=state.gpus,
-            spec_sha256=provenance.sha256_file(opts.spec.path),
+            spec_sha256=_spec_sha256(opts.spec),
             started_utc=state.started,
             finished_utc=dt.datetime.now(dt.UTC),
         ),
@@ -541,7 +548,7 @@ def _load_resumable(
         opts.resume,
         ResumeCheck(
             spec=filled(opts.spec.spec),
-            spec_sha256=provenance.sha256_file(opts.spec.path),
+            spec_sha256=_spec_sha256(opts.spec),
             label=opts.label,
             role=opts.role,
             quick=opts.quick,

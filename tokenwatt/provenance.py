@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import platform
 import socket
@@ -16,7 +15,6 @@ __all__ = [
     "host_name",
     "platform_text",
     "python_version",
-    "sha256_file",
     "tokenwatt_version",
 ]
 
@@ -59,11 +57,6 @@ def platform_text() -> str:
 def python_version() -> str:
     """The running Python's version."""
     return platform.python_version()
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes, hex."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def tokenwatt_version() -> str:

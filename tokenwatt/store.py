@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -93,7 +94,10 @@ def read_mapping(path: Path, *, error: type[InputError] = InputError) -> dict[st
     Raises:
         InputError: (or ``error``) naming the file and the problem, with line and column.
     """
-    text = bounded.read_text(path, error=error)
+    return _mapping_of(bounded.read_text(path, error=error), path=path, error=error)
+
+
+def _mapping_of(text: str, *, path: Path, error: type[InputError]) -> dict[str, Any]:
     if not text.strip():
         raise error(f"{path}: file is empty")
     data: Any
@@ -254,7 +258,7 @@ def _trace_file(spec: Spec, path: Path) -> Path | None:
     )
 
 
-def resolve_spec_files(spec: Spec, path: Path) -> LoadedSpec:
+def resolve_spec_files(spec: Spec, path: Path, *, sha256: str | None = None) -> LoadedSpec:
     """The spec with every file it names resolved (see :func:`resolve_relative`) and checked.
 
     Raises:
@@ -264,6 +268,7 @@ def resolve_spec_files(spec: Spec, path: Path) -> LoadedSpec:
     return LoadedSpec(
         spec=spec,
         path=path,
+        sha256=sha256,
         config_file=_named_file(path, "model.config", model.config) if model.config else None,
         trace_file=_trace_file(spec, path),
         prompts_file=(
@@ -276,9 +281,17 @@ def resolve_spec_files(spec: Spec, path: Path) -> LoadedSpec:
 
 
 def load_spec(path: Path) -> LoadedSpec:
-    """Load and validate a spec file (YAML or JSON), resolving and checking the files it names."""
-    data = read_mapping(path, error=SpecError)
-    return resolve_spec_files(_validate(path, "spec", data, Spec), path)
+    """Load and validate a spec file (YAML or JSON), resolving and checking the files it names.
+
+    The file is read once: its SHA-256 (:attr:`LoadedSpec.sha256`, the run file's
+    ``spec_sha256``) is that of the bytes the spec was parsed from, whatever happens to the file
+    afterwards.
+    """
+    raw = bounded.read_bytes(path, error=SpecError)
+    text = bounded.utf8_text(raw, where=path, error=SpecError)
+    data = _mapping_of(text, path=path, error=SpecError)
+    spec = _validate(path, "spec", data, Spec)
+    return resolve_spec_files(spec, path, sha256=hashlib.sha256(raw).hexdigest())
 
 
 def load_run(path: Path) -> RunFile:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 
@@ -19,9 +18,3 @@ def test_git_commit_of_this_checkout(repo):
 
 def test_no_git_outside_a_checkout(tmp_path):
     assert provenance.git_commit(tmp_path) is None
-
-
-def test_sha256_file(tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_bytes(b"name: x\n")
-    assert provenance.sha256_file(path) == hashlib.sha256(b"name: x\n").hexdigest()

@@ -220,3 +220,18 @@ def test_a_missing_named_file_is_a_spec_error_naming_the_field(tmp_path, section
     path = write_spec(tmp_path / "s.spec.yaml", factories.spec_dict(**section))
     with pytest.raises(SpecError, match=f"s.spec.yaml: invalid spec: {field}: file not found"):
         store.load_spec(path)
+
+
+def test_the_spec_hash_is_of_the_bytes_loaded_not_of_the_file_later(tmp_path, repo):
+    import hashlib
+
+    spec = tmp_path / "s.yaml"
+    raw = (repo / "tests" / "data" / "tiny-sim.spec.yaml").read_bytes()
+    spec.write_bytes(raw.replace(b"../../", str(repo).encode() + b"/"))
+    first = spec.read_bytes()
+    loaded = store.load_spec(spec)
+    assert loaded.sha256 == hashlib.sha256(first).hexdigest()
+    # edited during an hour-long run, or deleted: the run still records what was measured
+    spec.write_bytes(first + b"\n# edited\n")
+    assert loaded.sha256 == hashlib.sha256(first).hexdigest()
+    assert store.load_spec(spec).sha256 == hashlib.sha256(first + b"\n# edited\n").hexdigest()

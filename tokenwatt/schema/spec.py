@@ -701,6 +701,10 @@ class LoadedSpec(StrictModel):
 
     spec: Spec = Field(description="The spec as written")
     path: Path = Field(description="The spec file as found")
+    sha256: str | None = Field(
+        default=None,
+        description="SHA-256 of the bytes the spec was parsed from (hex); null = not from a file",
+    )
     config_file: Path | None = Field(
         default=None, description="model.config resolved; null = geometry from model.geometry"
     )
