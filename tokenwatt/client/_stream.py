@@ -113,6 +113,13 @@ class RequestResult:
     """Scheduled send time, when the request was part of a probe."""
     slot_wait_ns: int = 0
     """Time the request waited for a concurrency slot before being sent."""
+    turn: int | None = None
+    """Position in its session (``index`` is the session's); None = not part of a session."""
+    reply_text: str | None = None
+    """The answer text (``content``/``text``, not reasoning), when the request kept its reply."""
+    reply_token_ids: list[int] | None = None
+    """The reply's token ids (``choices[].token_ids``, vLLM's ``return_token_ids``), when kept
+    and the server sent them for every content chunk; None otherwise."""
 
     @property
     def ok(self) -> bool:
@@ -332,6 +339,9 @@ class StreamState:
         "_got_done",
         "_mode",
         "_reasoning_events",
+        "_reply_ids",
+        "_reply_ids_complete",
+        "_reply_text",
         "_status",
         "_t_first",
         "_t_first_answer",
@@ -344,6 +354,7 @@ class StreamState:
         "slot_wait_ns",
         "t_sched_ns",
         "t_send_ns",
+        "turn",
     )
 
     def __init__(
@@ -357,8 +368,11 @@ class StreamState:
         on_done: Callable[[RequestResult], None],
         t_sched_ns: int | None = None,
         slot_wait_ns: int = 0,
+        turn: int | None = None,
+        keep_reply: bool = False,
     ) -> None:
         self.index = index
+        self.turn = turn
         self.t_send_ns = t_send_ns
         self.t_sched_ns = t_sched_ns
         self.slot_wait_ns = slot_wait_ns
@@ -378,6 +392,10 @@ class StreamState:
         self._usage: dict[str, Any] | None = None
         self._got_done = False
         self._done = False
+        # Kept only for a session's turns: the next turn's history needs the reply.
+        self._reply_text: list[str] | None = [] if keep_reply else None
+        self._reply_ids: list[int] = []
+        self._reply_ids_complete = True
 
     @property
     def finished(self) -> bool:
@@ -520,6 +538,11 @@ class StreamState:
             finish_reason=self._finish_reason,
             t_sched_ns=self.t_sched_ns,
             slot_wait_ns=self.slot_wait_ns,
+            turn=self.turn,
+            reply_text=None if self._reply_text is None else "".join(self._reply_text),
+            reply_token_ids=self._reply_ids
+            if self._reply_text is not None and self._reply_ids_complete and self._reply_ids
+            else None,
         )
 
     # -- events -----------------------------------------------------------------------------
@@ -570,6 +593,8 @@ class StreamState:
                 if type(choice) is not dict:
                     continue
                 kind_seen = max(kind_seen, _choice_kind(choice))
+                if self._reply_text is not None:
+                    self._keep(choice)
                 reason = choice.get("finish_reason")
                 if reason:
                     self._finish_reason = str(reason)
@@ -585,6 +610,21 @@ class StreamState:
         usage = obj.get("usage")
         if type(usage) is dict:
             self._usage = usage
+
+    def _keep(self, choice: dict[str, Any]) -> None:
+        """Add a choice's answer text and token ids to the kept reply."""
+        assert self._reply_text is not None
+        text = choice.get("text")
+        if not isinstance(text, str):
+            delta = choice.get("delta")
+            text = delta.get("content") if type(delta) is dict else None
+        if isinstance(text, str) and text:
+            self._reply_text.append(text)
+        ids = choice.get("token_ids")
+        if type(ids) is list and all(type(t) is int for t in ids):
+            self._reply_ids.extend(ids)
+        elif text:
+            self._reply_ids_complete = False  # text without its ids: the ids cannot be trusted
 
     def _json_body(self, t_ns: int) -> None:
         """A 200 answer in plain JSON where a stream was asked for."""

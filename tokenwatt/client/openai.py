@@ -79,6 +79,15 @@ class GenerationRequest:
     input_tokens: int
     prompt_ids: Sequence[int] | None = None
     prompt_text: str | None = None
+    messages: Sequence[tuple[str, str]] | None = None
+    """Chat API: the whole conversation as (role, text) pairs, sent instead of one user message
+    of ``prompt_text`` (a session's history)."""
+    turn: int | None = None
+    """Position of the request in its session (``index`` is then the session's); None = not
+    part of a session."""
+    keep_reply: bool = False
+    """Keep the reply's text and token ids in the result (a session builds its next turn from
+    them); the completions API then asks for the ids (vLLM's ``return_token_ids``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,8 @@ class PreparedRequest:
     body: bytes
     wire: bytes
     """Request head and body as written by the fast transport (empty for httpx)."""
+    turn: int | None = None
+    keep_reply: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +130,9 @@ def root_url(base_url: str) -> str:
 def request_body(engine: EngineSpec, request: GenerationRequest) -> bytes:
     """The JSON body of a streamed request, byte for byte the same for the same inputs.
 
-    Completions API: ``prompt`` is the token-id list (or the text). Chat API: one user message
-    holding the text. ``stream_options.include_usage`` asks for the token counts,
+    Completions API: ``prompt`` is the token-id list (or the text), plus ``return_token_ids``
+    when the reply is kept (a session's turn). Chat API: the request's messages, else one user
+    message holding the text. ``stream_options.include_usage`` asks for the token counts,
     ``ignore_eos`` is sent only when the spec asks for it (some servers reject the field), and
     ``engine.extra_body`` is merged last, so it can override any field.
 
@@ -129,9 +141,12 @@ def request_body(engine: EngineSpec, request: GenerationRequest) -> bytes:
     """
     body: dict[str, Any] = {"model": engine.model}
     if engine.api == "chat":
-        if request.prompt_text is None:
+        if request.messages is not None:
+            body["messages"] = [{"role": role, "content": text} for role, text in request.messages]
+        elif request.prompt_text is None:
             raise ValueError("the chat API needs a text prompt (token ids cannot be sent)")
-        body["messages"] = [{"role": "user", "content": request.prompt_text}]
+        else:
+            body["messages"] = [{"role": "user", "content": request.prompt_text}]
     elif request.prompt_ids is not None:
         body["prompt"] = list(request.prompt_ids)
     elif request.prompt_text is not None:
@@ -143,6 +158,8 @@ def request_body(engine: EngineSpec, request: GenerationRequest) -> bytes:
     body["stream_options"] = {"include_usage": True}
     if engine.ignore_eos:
         body["ignore_eos"] = True
+    if request.keep_reply and engine.api == "completions":
+        body["return_token_ids"] = True
     body.update(engine.extra_body)
     return json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
@@ -460,6 +477,8 @@ class OpenAIClient:
             input_tokens=request.input_tokens,
             body=body,
             wire=wire,
+            turn=request.turn,
+            keep_reply=request.keep_reply,
         )
 
     def submit(
@@ -494,6 +513,8 @@ class OpenAIClient:
             on_done=finished,
             t_sched_ns=t_sched_ns,
             slot_wait_ns=slot_wait_ns,
+            turn=request.turn,
+            keep_reply=request.keep_reply,
         )
         submitted = Submitted(state)
         self._in_flight.add(submitted)

@@ -7,7 +7,9 @@ non-streamed responses carry ``usage``; streamed ones end with a ``choices: []``
 Text prompts are not tokenized: their length is estimated at 4 characters per token (the usual
 figure for English with BPE vocabularies), and each chat message adds 4 tokens of template, plus
 3 for the assistant's turn. Token-id prompts are exact. The text the simulator returns is English
-words from a fixed passage, one word per token: plausible, not a model's answer.
+words from a fixed passage, one word per token: plausible, not a model's answer. A completion
+that asks for ``return_token_ids`` (as vLLM takes it) gets each token's id in its chunk: the
+word's position in the passage plus :data:`TOKEN_ID_BASE`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ __all__ = [
 ]
 
 CHARS_PER_TOKEN = 4
+TOKEN_ID_BASE = 1000
+"""The simulator's reply token ids are ``TOKEN_ID_BASE`` + the word's position in its passage."""
 CHAT_TOKENS_PER_MESSAGE = 4
 CHAT_TOKENS_PER_REPLY = 3
 
@@ -86,6 +90,7 @@ class GenerationParams:
     max_tokens: int | None
     min_tokens: int
     n: int
+    return_token_ids: bool = False
 
 
 class _Common(_Request):
@@ -97,6 +102,7 @@ class _Common(_Request):
     n: int = Field(default=1, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
     min_tokens: int = Field(default=0, ge=0)
+    return_token_ids: bool | None = False
 
     @property
     def stops(self) -> list[str]:
@@ -121,6 +127,7 @@ class _Common(_Request):
             max_tokens=max_tokens if max_tokens is not None else self.max_tokens,
             min_tokens=self.min_tokens,
             n=self.n,
+            return_token_ids=bool(self.return_token_ids),
         )
 
 
@@ -208,6 +215,10 @@ class TextSource:
     def word(self, index: int) -> str:
         """Text of token ``index`` (0-based)."""
         return _WORDS[(self._offset + index) % len(_WORDS)]
+
+    def token_id(self, index: int) -> int:
+        """Token id of token ``index`` (0-based)."""
+        return TOKEN_ID_BASE + (self._offset + index) % len(_WORDS)
 
     def word_json(self, index: int) -> str:
         """The same, JSON-encoded."""

@@ -475,6 +475,10 @@ class SimApp:
                 ',"logprobs":null,"finish_reason":"%s","stop_reason":%s,'
                 '"prompt_token_ids":null,"token_ids":null}]}\n\n'
             )
+        ids = req.return_token_ids and not chat
+        if ids:  # vLLM's return_token_ids: each chunk carries its token's id
+            tail = tail.replace('"token_ids":null', '"token_ids":[%d]')
+            last = last.replace('"token_ids":null', '"token_ids":[%d]')
         stops = req.stops
         stats = self.core.stats
         emitted = 0
@@ -506,12 +510,20 @@ class SimApp:
                             finish = "stop"
                             stop_reason = json.dumps(hit[1])
                             self.core.abort(sim_req, reason="stop")
-                            out.append(head + mid + piece_json + last % (finish, stop_reason))
+                            end: tuple[str | int, ...] = (finish, stop_reason)
+                            if ids:
+                                end = (finish, stop_reason, text.token_id(emitted - 1))
+                            out.append(head + mid + piece_json + last % end)
                             break
                     emitted += 1
                     if emitted == produced and stream.done:
                         finish = sim_req.finish_reason or "length"
-                        out.append(head + mid + piece_json + last % (finish, stop_reason))
+                        end = (finish, stop_reason)
+                        if ids:
+                            end = (finish, stop_reason, text.token_id(emitted - 1))
+                        out.append(head + mid + piece_json + last % end)
+                    elif ids:
+                        out.append(head + mid + piece_json + tail % text.token_id(emitted - 1))
                     else:
                         out.append(head + mid + piece_json + tail)
                 if out:
