@@ -17,6 +17,14 @@ response callback keeps running). The request is then written synchronously
 loop is busy reading responses as a request falls due, a hook that runs before each network read
 sends it there and then, instead of after the whole batch of ready callbacks.
 
+Sessions (``workload.sessions``, :mod:`tokenwatt.load.session`): arrival ``i`` starts session
+``i`` (on worker ``i mod W``, with all its turns). When a turn's reply ends, the next turn is
+scheduled ``think_time_s`` after the reply's last byte, on a timer; a turn is a window request
+when that scheduled send falls inside the window, and it counts as pending from the moment it is
+scheduled. As a turn can still be scheduled inside the window until the window ends, the
+window is complete only once its end has passed, the arrivals have passed it, and every window
+turn has finished.
+
 Early stop (``sweep.early_stop``): with an :class:`EarlyStopRule` in the plan, the shard counts
 its window requests known to exceed the TTFT bound (finished over it, failed, or still without a
 first token once the bound has passed) and the TPOT bound (finished over it, or failed), and
@@ -42,7 +50,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tokenwatt.client.openai import OpenAIClient, PreparedRequest, RequestResult, Submitted
+from tokenwatt.client.openai import (
+    GenerationRequest,
+    OpenAIClient,
+    PreparedRequest,
+    RequestResult,
+    Submitted,
+)
+from tokenwatt.load.session import Conversation, SessionTally
 from tokenwatt.load.workload import Workload
 
 __all__ = [
@@ -243,6 +258,8 @@ class ShardResult:
     """Early stop: window requests known to exceed the TPOT bound (or failed)."""
     window_cut: int = 0
     """Window requests still in flight when the shard was stopped (cancelled)."""
+    sessions: SessionTally | None = None
+    """Sessions: what happened to them (None without ``workload.sessions``)."""
     window_emitted_tokens: float = 0.0
     """Output tokens that arrived inside the window, from any request (warm-up, window or
     after): each request's content chunks timed inside ``[window start, window end)``, scaled
@@ -300,6 +317,12 @@ class Shard:
         self._window_finished = 0
         self._watched: set[_Watched] = set()
         self._result = ShardResult()
+        self._window_closed = True
+        self._t0_ns = 0
+        self._window_rel_ns = (0, 0)
+        self._conversations: dict[int, Conversation] = {}
+        self._turn_timers: dict[int, asyncio.TimerHandle] = {}
+        self._tally: SessionTally | None = None
 
     def stop(self) -> None:
         """Stop sending (every window request of every shard has finished). Idempotent."""
@@ -338,6 +361,18 @@ class Shard:
         warm_ns = round(plan.warmup_s * 1e9)
         end_ns = warm_ns + round(plan.window_s * 1e9)
         self._window_ns = (plan.t0_ns + warm_ns, plan.t0_ns + end_ns)
+        self._t0_ns = plan.t0_ns
+        self._window_rel_ns = (warm_ns, end_ns)
+        sessions = self.workload.sessions is not None
+        self._conversations.clear()
+        self._turn_timers.clear()
+        self._tally = result.sessions = SessionTally() if sessions else None
+        self._window_closed = not sessions
+        close_timer: asyncio.TimerHandle | None = None
+        if sessions:
+            loop = asyncio.get_running_loop()
+            close_in_s = max(0.0, (plan.t0_ns + end_ns - time.monotonic_ns()) / 1e9)
+            close_timer = loop.call_later(close_in_s, self._close_window)
         offsets = self.workload.arrivals(plan.rate_rps, stream=plan.stream)
         self.client.set_io_hook(self._io_hook)
         late = 0
@@ -356,7 +391,7 @@ class Shard:
                     self._check_window()
                 if self._stopped:
                     break
-                prepared = self.client.prepare(self.workload.request(i, stream=plan.stream))
+                prepared = self.client.prepare(self._first_request(i, plan.stream))
                 t_sched = plan.t0_ns + rel_ns
                 in_window = warm_ns <= rel_ns < end_ns
                 if t_sched > time.monotonic_ns():
@@ -385,6 +420,11 @@ class Shard:
             self._stopped = True
             self._due = None
             self._due_ns = _NEVER
+            if close_timer is not None:
+                close_timer.cancel()
+            for timer in self._turn_timers.values():
+                timer.cancel()
+            self._turn_timers.clear()
             self.client.set_io_hook(None)
             self._queue.clear()
             for watched in self._watched:
@@ -432,8 +472,68 @@ class Shard:
             else:
                 await asyncio.sleep(0)
 
-    def _launch(self, prepared: PreparedRequest, t_sched: int, in_window: bool) -> None:
+    def _first_request(self, index: int, stream: int) -> GenerationRequest:
+        if self._tally is None:
+            return self.workload.request(index, stream=stream)
+        conversation = Conversation(self.workload, index, stream=stream)
+        self._conversations[index] = conversation
+        self._tally.started += 1
+        return conversation.first()
+
+    def _close_window(self) -> None:
+        # The window's end has passed: no later turn can be scheduled inside it any more.
+        self._window_closed = True
+        self._check_window()
+
+    def _end_session(self, index: int, how: str, *, unsent: int = 0) -> None:
+        tally = self._tally
+        assert tally is not None
+        self._conversations.pop(index, None)
+        if how == "completed":
+            tally.completed += 1
+        elif how == "context":
+            tally.context_ended += 1
+        else:
+            tally.cut += 1
+            tally.unsent_turns += unsent
+            tally.cut_causes[how] += 1
+
+    def _next_turn(self, record: RequestResult) -> None:
+        """A session's turn finished: end the session, or schedule its next turn."""
+        conversation = self._conversations.get(record.index)
+        if conversation is None or self._stopped:
+            return  # not a session's turn, or the probe is over (the session stays open)
+        unsent = conversation.turns - conversation.turn - 1
+        if not record.ok:
+            if record.status != "cancelled":  # a harness cancel ends the probe, not the session
+                self._end_session(record.index, record.status, unsent=unsent)
+            return
+        step = conversation.after(record)
+        if isinstance(step, str):
+            self._end_session(record.index, step, unsent=unsent)
+            return
+        think_ns = round(conversation.think_time_s(conversation.turn) * 1e9)
+        t_sched = record.t_end_ns + think_ns
+        warm_ns, end_ns = self._window_rel_ns
+        in_window = warm_ns <= t_sched - self._t0_ns < end_ns
         if in_window:
+            self._window_pending += 1  # pending from now: the window waits for it
+        prepared = self.client.prepare(step)
+        delay_s = max(0.0, (t_sched - time.monotonic_ns()) / 1e9)
+        self._turn_timers[record.index] = asyncio.get_running_loop().call_later(
+            delay_s, self._send_turn, prepared, t_sched, in_window
+        )
+
+    def _send_turn(self, prepared: PreparedRequest, t_sched: int, in_window: bool) -> None:
+        self._turn_timers.pop(prepared.index, None)
+        if self._stopped:
+            return
+        self._launch(prepared, t_sched, in_window, counted=True)
+
+    def _launch(
+        self, prepared: PreparedRequest, t_sched: int, in_window: bool, *, counted: bool = False
+    ) -> None:
+        if in_window and not counted:
             self._window_pending += 1
         if self._in_flight < self._cap:
             self._send(prepared, t_sched, in_window, 0)
@@ -519,12 +619,20 @@ class Shard:
                 self._result.window_cut += 1
             self._result.window.append(record)
             self._window_pending -= 1
+        if record.turn is not None:
+            self._next_turn(record)  # before the window check: the next turn may be inside it
+        if in_window:
             self._check_window()
         while self._queue and not self._stopped and self._in_flight < self._cap:
             prepared, t_sched, queued_in_window, t_queued = self._queue.popleft()
             self._send(prepared, t_sched, queued_in_window, time.monotonic_ns() - t_queued)
 
     def _check_window(self) -> None:
-        if self._all_window_scheduled and self._window_pending == 0 and not self._window_done_sent:
+        if (
+            self._all_window_scheduled
+            and self._window_closed
+            and self._window_pending == 0
+            and not self._window_done_sent
+        ):
             self._window_done_sent = True
             self._on_window_done()

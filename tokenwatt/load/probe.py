@@ -234,7 +234,7 @@ class LoadGenerator:
         if self.fixed_workers is not None:
             return min(self.fixed_workers, self.max_concurrency)
         planned = plan_workers(
-            rate_rps=rate_rps,
+            rate_rps=rate_rps * self.workload.mean_turns,  # requests per second
             mean_output_tokens=self._expected_output_tokens(),
             max_workers=self.max_workers,
         )
@@ -378,6 +378,13 @@ class LoadGenerator:
         rule: EarlyStopRule | None = None
         tally: ExceedTally | None = None
         planned = 0
+        sessions = self.workload.sessions is not None
+        if sessions and (early_stop or certify_pass):
+            # The spec refuses these with sessions; this guards other callers.
+            raise ValueError(
+                "the early stop and the pass certification need the window's request count"
+                " before the probe starts, unknown with multi-turn sessions"
+            )
         if early_stop or certify_pass:
             planned = self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
             if planned > 0:
@@ -406,7 +413,10 @@ class LoadGenerator:
             sampler = asyncio.get_running_loop().create_task(
                 sample_engine(self.metrics_url, window_start_ns, window_end_ns, readings, errors)
             )
-        scheduled = self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
+        # With sessions only the first turns are on the schedule: no count to audit against.
+        scheduled = (
+            None if sessions else self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
+        )
         logger.info(
             "probe %d (%s): %.3f req/s, warm-up %g s, window %g s, %d worker(s)",
             index,
@@ -477,6 +487,7 @@ class LoadGenerator:
             engine_readings=readings if self.metrics_url is not None else None,
             scrape_errors=len(errors),
             scheduled=scheduled,
+            mean_turns=self.workload.mean_turns,
             keep_requests=keep_requests,
             stop=(
                 StopNote(

@@ -22,6 +22,7 @@ from tokenwatt import audits, metrics
 from tokenwatt.client.openai import RequestResult
 from tokenwatt.load._shard import ShardResult
 from tokenwatt.load.engine_metrics import EngineReading
+from tokenwatt.load.session import SessionTally
 from tokenwatt.schema.run import (
     EarlyStop,
     EngineTelemetry,
@@ -30,6 +31,7 @@ from tokenwatt.schema.run import (
     ProbePhase,
     ProbeRecord,
     RequestTable,
+    SessionStats,
 )
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.telemetry import engine_telemetry
@@ -52,7 +54,9 @@ class StopNote:
     """The window's verdict that was certain at the stop."""
 
 
-def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTable:
+def _table(
+    window: Sequence[RequestResult], window_start_ns: int, *, sessions: bool = False
+) -> RequestTable:
     rows = sorted(window, key=lambda r: (r.t_sched_ns or 0, r.index))
     ok = [r.ok for r in rows]
     reasoning = any(r.reasoning_events or r.reasoning_tokens for r in rows)
@@ -69,6 +73,8 @@ def _table(window: Sequence[RequestResult], window_start_ns: int) -> RequestTabl
         if reasoning
         else None,
         reasoning_tokens=[r.reasoning_tokens for r in rows] if reasoning else None,
+        session=[r.index for r in rows] if sessions else None,
+        turn=[r.turn or 0 for r in rows] if sessions else None,
     )
 
 
@@ -108,6 +114,7 @@ def build_probe_record(
     engine_readings: Sequence[EngineReading] | None = None,
     scrape_errors: int = 0,
     scheduled: int | None = None,
+    mean_turns: float = 1.0,
 ) -> ProbeRecord:
     """Compute a probe's record from what its shards measured (pure).
 
@@ -131,10 +138,12 @@ def build_probe_record(
             their running gauge replaces ``running_samples``.
         scrape_errors: scrapes of the engine's page that failed.
         scheduled: window requests the arrival schedule held (the conservation audit).
+        mean_turns: sessions: the workload's mean turns per session, for the record.
     """
     window_start_ns = t0_ns + round(warmup_s * _NS)
     window_end_ns = window_start_ns + round(window_s * _NS)
     window = [r for shard in shards for r in shard.window]
+    session_tallies = [s.sessions for s in shards if s.sessions is not None] or None
     n = len(window)
     early: EarlyStop | None = None
     if stop is not None:
@@ -151,7 +160,7 @@ def build_probe_record(
                 cut_window_requests=cut,
                 unsent_window_requests=unsent,
             )
-    table = _table(window, window_start_ns)
+    table = _table(window, window_start_ns, sessions=session_tallies is not None)
     ok_rows = [r for r in window if r.ok]
     send_lags = np.sort(np.asarray(table.send_lag_ms, dtype=np.float64))
     send_lag_p99 = metrics.nearest_rank(send_lags, 99.0) if n else 0.0
@@ -262,6 +271,22 @@ def build_probe_record(
         engine=telemetry,
         audits=probe_audits,
         early_stop=early,
+        sessions=_session_stats(session_tallies, mean_turns) if session_tallies else None,
+    )
+
+
+def _session_stats(tallies: Sequence[SessionTally], mean_turns: float) -> SessionStats:
+    total = SessionTally()
+    for tally in tallies:
+        total.add(tally)
+    return SessionStats(
+        started=total.started,
+        completed=total.completed,
+        context_ended=total.context_ended,
+        cut=total.cut,
+        unsent_turns=total.unsent_turns,
+        cut_causes=dict(sorted(total.cut_causes.items())),
+        mean_turns=max(1.0, mean_turns),
     )
 
 

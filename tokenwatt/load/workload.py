@@ -43,6 +43,10 @@ cache, so a long probe needs a file with more prompts than it sends.
 Shared prefixes (``workload.prefix``, or a trace's ``hash_ids``) put repeated tokens before or
 inside the prompts: :mod:`tokenwatt.load.prefix` (methodology, "Shared prefixes").
 
+Multi-turn sessions (``workload.sessions``): each arrival starts a session whose later turns
+resend its history with the server's replies: :mod:`tokenwatt.load.session` (methodology,
+"Multi-turn sessions").
+
 Same seed, same requests, byte for byte: request ``i`` of stream ``s`` draws from its own random
 generator seeded with (seed, s, i), so any request can be made alone, in any order, in any
 process. Each probe of a run uses its own stream, so prompts never repeat between probes (a
@@ -74,6 +78,7 @@ from tokenwatt.schema.spec import (
     FixedTokens,
     LognormalTokens,
     PrefixSpec,
+    SessionSpec,
     Spec,
     TokenCount,
     UniformTokens,
@@ -87,6 +92,7 @@ __all__ = [
     "TraceRow",
     "Workload",
     "build_workload",
+    "draw_count",
     "lognormal_params",
     "mean_tokens",
     "read_prompts",
@@ -343,6 +349,13 @@ def _draw(dist: TokenCount | None, rng: np.random.Generator) -> int | None:
     return value
 
 
+def draw_count(dist: TokenCount, rng: np.random.Generator) -> int:
+    """One draw of a count (a fixed number, or a distribution)."""
+    value = _draw(dist, rng)
+    assert value is not None
+    return value
+
+
 def mean_tokens(dist: TokenCount, *, draws: int = 4000) -> float:
     """The mean of a token count: exact for fixed and uniform, the mean of seeded draws else."""
     if isinstance(dist, int):
@@ -376,6 +389,7 @@ class Workload:
         prefix: PrefixSpec | None = None,
         trace_block_tokens: int | None = None,
         prompts: list[str] | None = None,
+        sessions: SessionSpec | None = None,
     ) -> None:
         if rows is None and ((input_dist is None and prompts is None) or output_dist is None):
             raise ValueError("without a trace, both length distributions are needed")
@@ -397,6 +411,7 @@ class Workload:
         self.prefix = prefix
         self.trace_block_tokens = trace_block_tokens
         self.prompts = prompts
+        self.sessions = sessions
         self._orders: dict[int, list[int]] = {}  # stream -> its order of the prompts
         self._id_low, self._id_high = token_id_range(vocab_size)
 
@@ -480,6 +495,47 @@ class Workload:
         own: list[int] = rng.integers(self._id_low, self._id_high, size=n_in - len(head)).tolist()
         return head + own
 
+    @property
+    def mean_turns(self) -> float:
+        """Mean requests per arrival: the mean turns of a session, 1 without sessions."""
+        return 1.0 if self.sessions is None else max(1.0, mean_tokens(self.sessions.turns))
+
+    def turn_lengths(self, key: int, rng: np.random.Generator) -> tuple[int, int]:
+        """(new message tokens, output tokens) of a session's later turn (:mod:`.session`).
+
+        ``sessions.new_tokens``, else the input lengths, else trace row ``key``'s input; the
+        output from the output lengths, else that row's.
+        """
+        row = self.rows[key % len(self.rows)] if self.rows else None
+        dist = self.sessions.new_tokens if self.sessions is not None else None
+        n_new = _draw(dist if dist is not None else self.input_dist, rng)
+        n_out = _draw(self.output_dist, rng)
+        if n_new is None:
+            assert row is not None
+            n_new = row.input_tokens
+        if n_out is None:
+            assert row is not None
+            n_out = row.output_tokens
+        return max(n_new, 1), max(n_out, 1)
+
+    def turn_room(self, prompt_tokens: int) -> int | None:
+        """Output tokens the context leaves after a prompt of ``prompt_tokens``; None = unknown."""
+        if self.context_tokens is None:
+            return None
+        context = self.context_tokens
+        if self.api == "chat":
+            context -= CHAT_TEMPLATE_MARGIN_TOKENS
+        return context - prompt_tokens
+
+    def new_ids(self, count: int, rng: np.random.Generator) -> list[int]:
+        """``count`` token ids of a new message (the completions API's prompts' range)."""
+        ids: list[int] = rng.integers(self._id_low, self._id_high, size=count).tolist()
+        return ids
+
+    def new_text(self, count: int, rng: np.random.Generator) -> str:
+        """``count`` words of a new chat message (about one token each)."""
+        return " ".join(_WORDS[w] for w in rng.integers(0, len(_WORDS), size=count).tolist())
+
     def lengths(self, index: int, *, stream: int = 0) -> tuple[int, int]:
         """(input tokens, output tokens) of request ``index`` of ``stream``.
 
@@ -545,6 +601,8 @@ class Workload:
             reuse = f", {self.prefix.groups} shared prefixes of {self.prefix.shared_tokens} tokens"
         elif self.trace_block_tokens is not None:
             reuse = f", the trace's hash_ids as {self.trace_block_tokens}-token blocks"
+        if self.sessions is not None:
+            reuse += f", sessions of {self.mean_turns:g} turns on average"
         return f"{source}, {self.api} API, arrivals {self.arrival.process}{reuse}{clip}"
 
 
@@ -598,6 +656,12 @@ def build_workload(
         except ValueError as exc:
             raise SpecError(f"workload.trace: {work.trace}: {exc}") from exc
     block = _trace_blocks(spec, rows)
+    if work.sessions is not None and block is not None:
+        raise SpecError(
+            "workload.sessions with a trace whose hash_ids shape the prompts: a session's later"
+            " turns are its own history, not the trace's blocks; set workload.trace_prefix:"
+            " false to take only the trace's lengths"
+        )
     if work.prefix is not None and context_tokens is not None:
         room = context_tokens - (CHAT_TEMPLATE_MARGIN_TOKENS if spec.engine.api == "chat" else 0)
         if work.prefix.shared_tokens > room - 2:
@@ -624,6 +688,7 @@ def build_workload(
         prefix=work.prefix,
         trace_block_tokens=block,
         prompts=prompts,
+        sessions=work.sessions,
     )
 
 

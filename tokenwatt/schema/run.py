@@ -111,6 +111,16 @@ class RequestTable(StrictModel):
         description="Reasoning tokens among the output tokens (server usage, else reasoning"
         " chunks); null column = none",
     )
+    session: list[int] | None = Field(
+        default=None,
+        description="Multi-turn sessions: the session of each turn (its arrival's position in"
+        " the probe's stream); null column = no sessions",
+    )
+    turn: list[int] | None = Field(
+        default=None,
+        description="Multi-turn sessions: the turn's position in its session, from 0; null"
+        " column = no sessions",
+    )
 
     @model_validator(mode="after")
     def _equal_lengths(self) -> RequestTable:
@@ -122,6 +132,40 @@ class RequestTable(StrictModel):
         if len(set(lengths.values())) > 1:
             raise ValueError(f"columns have different lengths: {lengths}")
         return self
+
+
+class SessionStats(StrictModel):
+    """What happened to a probe's multi-turn sessions (``workload.sessions``).
+
+    Counted over every session the probe started (warm-up, window and drain). A session cut by a
+    failed turn sends none of its later turns: the failed turn is a request like any other
+    (+inf in the percentiles when it is a window request) and its unsent turns are counted here.
+    Sessions still running when the probe ends are neither completed nor cut.
+    """
+
+    started: Annotated[int, Field(ge=0)] = Field(description="Sessions whose first turn was sent")
+    completed: Annotated[int, Field(ge=0)] = Field(
+        description="Sessions whose every turn was answered"
+    )
+    context_ended: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Sessions ended early because the next turn no longer fitted the model's"
+        " context",
+    )
+    cut: Annotated[int, Field(ge=0)] = Field(
+        description="Sessions cut by a failed turn (or a reply without its token ids)"
+    )
+    unsent_turns: Annotated[int, Field(ge=0)] = Field(
+        description="Turns of cut sessions that were therefore never sent"
+    )
+    cut_causes: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="Cut sessions by the failing turn's status (no_token_ids: a completions"
+        " reply without the token ids its next turn needs)",
+    )
+    mean_turns: Annotated[float, Field(ge=1)] = Field(
+        description="Turns per session the workload draws, on average"
+    )
 
 
 class EarlyStop(StrictModel):
@@ -394,6 +438,11 @@ class ProbeRecord(StrictModel):
     )
     audits: ProbeAudits | None = Field(
         default=None, description="Little's law, conservation, token accounting"
+    )
+    sessions: SessionStats | None = Field(
+        default=None,
+        description="Multi-turn sessions: started, completed, cut and their unsent turns; null"
+        " = no sessions (rate_rps then counts requests, else sessions per second)",
     )
     early_stop: EarlyStop | None = Field(
         default=None,

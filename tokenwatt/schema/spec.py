@@ -31,6 +31,7 @@ __all__ = [
     "AccuracySpec",
     "ArrivalSpec",
     "EngineSpec",
+    "ExponentialSeconds",
     "FixedTokens",
     "GeometryOverrides",
     "HardwareSpec",
@@ -40,11 +41,14 @@ __all__ = [
     "ModelSpec",
     "PowerSpec",
     "PrefixSpec",
+    "SessionSpec",
     "SimSpec",
     "SloSpec",
     "Spec",
     "SweepSpec",
+    "ThinkTime",
     "TokenCount",
+    "UniformSeconds",
     "UniformTokens",
     "WorkloadSpec",
 ]
@@ -387,6 +391,73 @@ class PrefixSpec(StrictInputModel):
     )
 
 
+class UniformSeconds(StrictInputModel):
+    """Durations drawn uniformly from [min, max] seconds."""
+
+    dist: Literal["uniform"] = "uniform"
+    min: Seconds = Field(description="Shortest duration, s")
+    max: Seconds = Field(description="Longest duration, s")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformSeconds:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class ExponentialSeconds(StrictInputModel):
+    """Durations drawn from an exponential distribution (memoryless pauses) of this mean."""
+
+    dist: Literal["exponential"] = "exponential"
+    mean: PositiveSeconds = Field(description="Mean duration, s")
+
+
+ThinkTime = Annotated[
+    Seconds | Annotated[UniformSeconds | ExponentialSeconds, Field(discriminator="dist")],
+    Field(description="A fixed number of seconds, or a distribution"),
+]
+
+_MAX_TURNS = 1000
+
+
+class SessionSpec(StrictInputModel):
+    """Multi-turn sessions: each arrival starts a session of ``turns`` requests.
+
+    Turn 0 is the workload's request; turn k > 0 sends the whole history (every earlier prompt
+    and the server's actual reply) and then a new message of ``new_tokens`` tokens,
+    ``think_time_s`` after the previous reply's last byte. The arrival rate counts sessions per
+    second. Methodology page, "Multi-turn sessions".
+    """
+
+    turns: TokenCount = Field(
+        description="Turns per session (1 to 1000): a fixed count or a distribution, drawn per"
+        " session"
+    )
+    think_time_s: ThinkTime = Field(
+        default=0.0,
+        description="Pause between a reply's last byte and the next turn's send, s: fixed or a"
+        " distribution, drawn per turn",
+    )
+    new_tokens: TokenCount | None = Field(
+        default=None,
+        description="Tokens of each later turn's new message; null = workload.input_tokens"
+        " (else the built-in workload's input lengths)",
+    )
+
+    @field_validator("turns")
+    @classmethod
+    def _turns_bounded(cls, value: TokenCount) -> TokenCount:
+        top = value if isinstance(value, int) else getattr(value, "max", None)
+        if isinstance(value, FixedTokens):
+            top = value.value
+        if top is None or top > _MAX_TURNS:
+            raise ValueError(
+                f"turns must stay within {_MAX_TURNS} (a lognormal needs its max set to at most"
+                f" {_MAX_TURNS})"
+            )
+        return value
+
+
 BUILTIN_WORKLOADS: tuple[str, ...] = ("chat-mix-v1",)
 """Workload names that are built in; any other ``workload.trace`` names a trace file."""
 
@@ -430,6 +501,22 @@ class WorkloadSpec(StrictInputModel):
         " text, and its input length is the server's count (usage.prompt_tokens); null ="
         " synthetic prompts",
     )
+    sessions: SessionSpec | None = Field(
+        default=None,
+        description="Multi-turn sessions: each arrival starts a session whose turns resend the"
+        " history with the server's replies; the rate counts sessions per second; null ="
+        " single requests",
+    )
+
+    @model_validator(mode="after")
+    def _sessions_build_their_own_prompts(self) -> WorkloadSpec:
+        if self.sessions is not None and self.prompts is not None:
+            raise ValueError(
+                "sessions and prompts: a session's later turns are synthetic messages after the"
+                " server's replies, which a file of first human turns cannot continue; remove"
+                " one of them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _prompts_set_the_input(self) -> WorkloadSpec:
@@ -672,6 +759,26 @@ class Spec(StrictInputModel):
     not_covered: list[str] = Field(
         default_factory=list, description="What this measurement does not cover, for the page"
     )
+
+    @model_validator(mode="after")
+    def _sessions_outside_the_early_stop(self) -> Spec:
+        if self.workload.sessions is None:
+            return self
+        # The early stop and the adaptive sweep's certification need the window's request
+        # count before the probe starts; with sessions it depends on the replies' lengths.
+        if self.sweep.early_stop:
+            raise ValueError(
+                "sweep.early_stop with workload.sessions: the early stop needs the window's"
+                " request count before the probe starts, and a session's later turns are sent"
+                " only after the server's replies; remove sweep.early_stop"
+            )
+        if self.sweep.strategy == "adaptive":
+            raise ValueError(
+                "sweep.strategy 'adaptive' with workload.sessions: its search probes stop once"
+                " their verdict is certain, which needs the window's request count before the"
+                " probe starts (unknown with sessions); use strategy 'bisect' or sweep.rates"
+            )
+        return self
 
     @model_validator(mode="after")
     def _power_fits_engine(self) -> Spec:

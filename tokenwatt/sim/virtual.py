@@ -25,6 +25,10 @@ probe reports the prefix-cache hit rate as a measured one does.
 Without ``ignore_eos`` a simulated answer ends where the simulator's text would end it
 (:meth:`~tokenwatt.sim.api.TextSource.natural_length`, seeded by the prompt as the HTTP server
 seeds it), so the token counts agree with a real-time run of the same spec.
+
+Multi-turn sessions (``workload.sessions``) are refused: a session's later turns are built from
+the replies and sent after think times, which this loop, one request per arrival, does not model.
+Measure them against ``tokenwatt sim`` in real time instead.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokenwatt.client.openai import GenerationRequest, RequestResult
+from tokenwatt.errors import SpecError
 from tokenwatt.load._shard import EarlyStopRule, ShardResult, tokens_inside
 from tokenwatt.load.engine_metrics import EngineMetrics, EngineReading
 from tokenwatt.load.record import StopNote, build_probe_record
@@ -131,6 +136,13 @@ class VirtualServer:
         request_timeout_s: float,
         ignore_eos: bool = True,
     ) -> None:
+        if workload.sessions is not None:
+            raise SpecError(
+                "workload.sessions: virtual time ('tokenwatt plan', the capacity truth) does not"
+                " simulate multi-turn sessions; measure them against the simulator in real time"
+                " ('tokenwatt run' with engine.endpoint 'sim'), or remove workload.sessions to"
+                " plan"
+            )
         self.config = config
         self.workload = workload
         self.request_timeout_s = request_timeout_s
