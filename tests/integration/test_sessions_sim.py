@@ -1,0 +1,180 @@
+"""Multi-turn sessions against the simulator over HTTP: histories, think times, cut sessions.
+
+The simulator answers ``return_token_ids`` on streamed completions as vLLM does, counts token-id
+prompts exactly and refuses a prompt that does not fit its ``max_model_len`` with HTTP 400: a
+session whose history outgrows it fails mid-session, as it would against vLLM.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tokenwatt.client.openai import OpenAIClient
+from tokenwatt.load.probe import LoadGenerator
+from tokenwatt.load.session import Conversation
+from tokenwatt.load.workload import build_workload
+from tokenwatt.plan import with_spec
+from tokenwatt.schema.run import ProbeRecord, RequestTable
+from tokenwatt.schema.spec import SessionSpec, UniformTokens
+from tokenwatt.sim.api import TOKEN_ID_BASE, ChatMessage, chat_prompt_tokens
+from tokenwatt.sim.launch import launch, settings_from_spec
+from tokenwatt.store import load_spec
+from tokenwatt.sweep import ProbePlan
+
+pytestmark = pytest.mark.anyio
+
+NEW_TOKENS = 24
+
+
+def loaded_with_sessions(repo: Path, *, api: str = "completions", max_model_len=None, **session):
+    loaded = load_spec(repo / "tests/data/tiny-sim.spec.yaml")
+    spec = loaded.spec
+    assert spec.engine.sim is not None
+    sim = spec.engine.sim.model_copy(update={"max_model_len": max_model_len})
+    engine = spec.engine.model_copy(update={"api": api, "sim": sim})
+    sessions = SessionSpec.model_validate({"turns": 3, "new_tokens": NEW_TOKENS, **session})
+    workload = spec.workload.model_copy(
+        update={"sessions": sessions, "output_tokens": UniformTokens(min=8, max=24)}
+    )
+    return with_spec(loaded, spec.model_copy(update={"engine": engine, "workload": workload}))
+
+
+async def probe(loaded, *, context_tokens: int | None, rate_rps: float = 4.0) -> ProbeRecord:
+    spec = loaded.spec
+    work = build_workload(spec, context_tokens=context_tokens)
+    with launch(settings_from_spec(loaded)) as sim:
+        async with LoadGenerator(spec.engine, work, base_url=sim.base_url, workers=1) as gen:
+            plan = ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=0.5, window_s=2.0)
+            return await gen.probe(plan, index=0, slo=spec.slo)
+
+
+def by_session(table: RequestTable) -> dict[int, dict[int, int]]:
+    """Session -> turn -> row of the table."""
+    assert table.session is not None
+    assert table.turn is not None
+    rows: dict[int, dict[int, int]] = defaultdict(dict)
+    for row, (session, turn) in enumerate(zip(table.session, table.turn, strict=True)):
+        assert turn not in rows[session]
+        rows[session][turn] = row
+    return rows
+
+
+async def test_turn_k_prompt_tokens_are_the_history_by_the_servers_count(repo):
+    record = await probe(loaded_with_sessions(repo, think_time_s=0.05), context_tokens=4096)
+    assert record.failed == 0, record.failure_examples
+    table = record.requests
+    assert table is not None
+    pairs = 0
+    for turns in by_session(table).values():
+        for k, row in turns.items():
+            before = turns.get(k - 1)
+            if before is None:
+                continue
+            history = table.input_tokens[before] + table.output_tokens[before]
+            assert table.input_tokens[row] == history + NEW_TOKENS
+            pairs += 1
+    assert pairs >= 5
+    assert len(set(table.output_tokens)) > 1  # replies differ in length: the history is theirs
+    sessions = record.sessions
+    assert sessions is not None
+    assert sessions.started >= 8
+    assert sessions.completed >= 3
+    assert sessions.cut == 0
+    assert sessions.mean_turns == 3.0
+
+
+async def test_each_turn_waits_its_think_time_after_the_previous_reply(repo):
+    loaded = loaded_with_sessions(
+        repo, turns=4, think_time_s={"dist": "uniform", "min": 0.1, "max": 0.4}
+    )
+    record = await probe(loaded, context_tokens=4096)
+    table = record.requests
+    assert table is not None
+    work = build_workload(loaded.spec, context_tokens=4096)
+    gaps = 0
+    for session, turns in by_session(table).items():
+        for k, row in turns.items():
+            before = turns.get(k - 1)
+            if before is None:
+                continue
+            think_s = Conversation(work, session, stream=0).think_time_s(k)
+            reply_end_s = (
+                table.t_sched_s[before]
+                + table.send_lag_ms[before] / 1e3
+                + (table.e2e_ms[before] or 0) / 1e3
+            )
+            send_s = table.t_sched_s[row] + table.send_lag_ms[row] / 1e3
+            assert send_s - reply_end_s >= think_s - 1e-6  # never early
+            assert send_s - reply_end_s < think_s + 0.05  # and on time
+            gaps += 1
+    assert gaps >= 5
+
+
+async def test_a_failed_turn_cuts_its_session_and_its_later_turns_are_counted_unsent(repo):
+    # 64-token first prompts, 8-24 token replies, 24-token new messages: the third turn's
+    # history (about 150 tokens) no longer fits a 130-token model, and the server refuses it.
+    loaded = loaded_with_sessions(repo, turns=4, max_model_len=130)
+    record = await probe(loaded, context_tokens=None)  # the harness does not know the context
+    table = record.requests
+    assert table is not None
+    assert table.turn is not None
+    assert 3 not in table.turn  # never sent
+    third = [table.status[r] for t in by_session(table).values() if (r := t.get(2)) is not None]
+    assert third
+    assert set(third) == {"http_error"}, record.failure_examples
+    sessions = record.sessions
+    assert sessions is not None
+    assert sessions.cut >= len(third)
+    assert sessions.completed == 0
+    assert sessions.cut_causes == {"http_error": sessions.cut}
+    assert sessions.unsent_turns == sessions.cut  # each lost its fourth turn
+    assert record.failed == len(third)  # window turns that failed: +inf in the percentiles
+
+
+async def test_a_session_the_context_cannot_hold_ends_there_without_a_failure(repo):
+    loaded = loaded_with_sessions(repo, turns=4, max_model_len=130)
+    record = await probe(loaded, context_tokens=130)
+    table = record.requests
+    assert table is not None
+    assert table.turn is not None
+    assert record.failed == 0, record.failure_examples
+    assert max(table.turn) <= 2
+    sessions = record.sessions
+    assert sessions is not None
+    assert sessions.cut == 0
+    assert sessions.context_ended >= 3
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_the_history_holds_the_servers_own_reply(repo, api):
+    loaded = loaded_with_sessions(repo, api=api)
+    spec = loaded.spec
+    work = build_workload(spec, context_tokens=4096)
+    conv = Conversation(work, 0, stream=0)
+    with launch(settings_from_spec(loaded)) as sim:
+        async with OpenAIClient(spec.engine, base_url=sim.base_url) as client:
+            first = conv.first()
+            answer = await client.generate(first)
+            assert answer.ok, answer.error
+            second = conv.after(answer)
+            assert not isinstance(second, str)
+            again = await client.generate(second)
+    assert again.ok, again.error
+    assert answer.reply_text
+    assert len(answer.reply_text.split()) == answer.output_tokens
+    if api == "completions":
+        ids = answer.reply_token_ids
+        assert ids is not None
+        assert len(ids) == answer.output_tokens
+        assert all(i >= TOKEN_ID_BASE for i in ids)  # the simulator's reply ids, not ours
+        sent = list(second.prompt_ids or [])
+        assert sent[: len(first.prompt_ids or []) + len(ids)] == [*(first.prompt_ids or []), *ids]
+        assert again.input_tokens == answer.input_tokens + answer.output_tokens + NEW_TOKENS
+    else:
+        assert second.messages is not None
+        assert second.messages[1] == ("assistant", answer.reply_text)
+        messages = [ChatMessage(role=r, content=t) for r, t in second.messages]
+        assert again.input_tokens == chat_prompt_tokens(messages)[0]
