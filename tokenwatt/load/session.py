@@ -1,23 +1,54 @@
 """Multi-turn sessions: one conversation's history and its next turn (pure, no I/O).
 
-With ``workload.sessions`` each arrival of the probe's schedule starts a session; the arrival rate
-counts sessions per second. Session ``i`` of stream ``s`` draws its turn count, think times, new
-messages and output lengths from its own generator seeded with (seed, s, i, turn), so the same
-seed gives every configuration the same sessions; the replies, and so the histories, are the
-server's own.
+``workload.sessions: {turns, think_time_s, new_tokens}`` turns each arrival of a probe's schedule
+into a session: a conversation of ``turns`` requests (a count or a distribution, drawn per
+session, at most 1,000) whose later turns resend everything said so far.
 
-- Turn 0 is the workload's request ``i`` (its prompt, shared prefix included, and output length).
-- Turn k > 0 sends the history, every earlier prompt and the server's actual reply in order,
-  then a new user message of ``sessions.new_tokens`` tokens (default: the workload's input
-  lengths). Completions API: the history is the token ids, the reply's ids as the server
-  returned them (vLLM's ``return_token_ids``; a reply without them ends the session, counted as
-  cut, since text cannot be turned back into the ids the model saw without its tokenizer). Chat
-  API: the history is the messages, each reply as an assistant message of its text.
-- It is sent ``think_time_s`` after the previous reply's last byte (its scheduled send time).
-- A turn that fails cuts the session: its later turns are never sent, and are counted.
-- When the model's context is known, a turn whose history, new message and output would not fit
-  gets fewer output tokens; one that cannot fit a single output token is not sent and the
-  session ends there (counted as ended by the context, not as cut).
+- **The rate counts sessions.** With sessions, a probe's rate (``rate_rps``, the sweep's rates
+  and the SLO capacity) is **sessions per second**: sessions start by the configured arrival
+  process (Poisson, gamma, constant or a trace's times), and each brings its turns. The probe's
+  offered and achieved rates (client-bound check) count its window *turns* per second.
+- **Turn 0** is the workload's request ``i`` (its prompt, shared prefix included, and output
+  length), exactly as without sessions.
+- **Turn k > 0** sends the history, every earlier prompt and the server's actual reply in order,
+  then a new user message of ``new_tokens`` tokens (default: the workload's input lengths), and
+  asks for an output length drawn as for any request. Completions API: the history is token
+  ids, each reply as the ids the server returned (vLLM's ``return_token_ids``, which tokenwatt
+  asks for on every turn; the simulator answers it too). A reply without them ends its session,
+  counted as cut (``no_token_ids``): text cannot be turned back into the ids the model saw
+  without its tokenizer, and re-tokenised text would not be the history the model produced. Chat
+  API: the history is the messages, each reply as an assistant message holding its text.
+- **Think time**: turn k is scheduled ``think_time_s`` (fixed, or ``{dist: uniform, min, max}``
+  or ``{dist: exponential, mean}``, drawn per turn) after the last byte of turn k - 1's reply,
+  and that scheduled time is its ``t_send`` target: its send lag is measured against it as for
+  any request.
+- **Window**: a turn is a window request when its *scheduled* send falls inside the window,
+  whichever session it belongs to, so a session started in the warm-up contributes its later
+  turns. The probe drains until every window turn has finished; as a turn can be scheduled inside
+  the window until the window ends, the window is complete only after its end.
+- **TTFT, TPOT, E2E** are per turn, as for any request; the request table's ``session`` and
+  ``turn`` columns say which turn each row is (written only with sessions; older run files have
+  neither and load as before).
+- **A failed turn cuts its session**: its later turns are never sent. The failed turn is a
+  request like any other (+inf in every percentile when it is a window turn), and the probe's
+  ``sessions`` record counts the sessions cut (by cause) and their unsent turns, beside the
+  sessions started and completed. Sessions still running when the probe ends are neither.
+- **Context**: when the model's context length is known, a turn whose history, new message and
+  output would not fit gets fewer output tokens, and one that cannot fit a single output token is
+  not sent: its session ends there, counted as ``context_ended``, not as a failure. The chat
+  history's length is the server's count of the previous turn, plus 8 tokens a turn for the
+  template.
+- **Same seed, same sessions**: session ``i`` of stream ``s`` draws its turn count, think times,
+  new messages and output lengths from generators seeded with (seed, s, i, turn), so every
+  configuration sees the same sessions; only the replies, and therefore the histories, are each
+  server's own.
+
+Not supported with sessions, and refused with a message saying so: ``sweep.early_stop`` and the
+``adaptive`` sweep (both need the window's request count before the probe starts; with sessions
+it depends on the replies' lengths and times), ``workload.prompts`` (first human turns cannot be
+continued by synthetic messages), a trace whose ``hash_ids`` shape the prompts, and virtual time
+(``tokenwatt plan``: its loop sends one request per arrival; measure sessions against the
+simulator in real time).
 """
 
 from __future__ import annotations

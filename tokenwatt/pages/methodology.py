@@ -26,6 +26,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Probe", "tokenwatt.load.probe"),
     ("Workload: lengths and prompts", "tokenwatt.load.workload"),
     ("Shared prefixes", "tokenwatt.load.prefix"),
+    ("Multi-turn sessions", "tokenwatt.load.session"),
     ("Sweep", "tokenwatt.sweep"),
     ("Adaptive sweep", "tokenwatt.adaptive"),
     ("Resuming an interrupted run", "tokenwatt.resume"),
