@@ -195,6 +195,14 @@ _PROBE_COLUMNS: list[ColumnSpec[ProbeRecord]] = [
         "int",
         lambda p: p.early_stop.unsent_window_requests if p.early_stop else None,
     ),
+    ("sessions_started_count", "int", lambda p: p.sessions.started if p.sessions else None),
+    ("sessions_completed_count", "int", lambda p: p.sessions.completed if p.sessions else None),
+    ("sessions_cut_count", "int", lambda p: p.sessions.cut if p.sessions else None),
+    (
+        "sessions_unsent_turns_count",
+        "int",
+        lambda p: p.sessions.unsent_turns if p.sessions else None,
+    ),
 ]
 
 _REQUEST_COLUMNS: tuple[tuple[str, ColumnKind], ...] = (
@@ -202,6 +210,8 @@ _REQUEST_COLUMNS: tuple[tuple[str, ColumnKind], ...] = (
     ("phase", "str"),
     ("rate_rps", "float"),
     ("request", "int"),
+    ("session_index", "int"),
+    ("turn_index", "int"),
     ("t_sched_s", "float"),
     ("send_lag_ms", "float"),
     ("ttft_ms", "float"),
@@ -227,6 +237,9 @@ def _requests(probes: Sequence[ProbeRecord]) -> Table:
         cols["phase"] += [p.phase] * n
         cols["rate_rps"] += [p.rate_rps] * n
         cols["request"] += list(range(n))
+        # Multi-turn sessions only: which session and turn each row is (null without).
+        cols["session_index"] += table.session if table.session is not None else [None] * n
+        cols["turn_index"] += table.turn if table.turn is not None else [None] * n
         for name in ("t_sched_s", "send_lag_ms", "ttft_ms", "tpot_ms", "e2e_ms"):
             cols[name] += getattr(table, name)
         # No reasoning column: the probe streamed none, so TTFAT is TTFT and no token reasoned.

@@ -19,11 +19,13 @@ from tokenwatt.schema.run import (
     EngineTelemetry,
     PowerGap,
     PowerSample,
+    SessionStats,
 )
 
 RUN_TABLES = {
-    "probes": 69,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 6 engine, 3 early stop
-    "requests": 14,
+    "probes": 73,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 6 engine, 3 early stop,
+    # 4 sessions
+    "requests": 16,
     "power_samples": 7,  # 5 + one power column per GPU (two here)
     "power_gaps": 4,
     "engine_samples": 5,
@@ -81,7 +83,7 @@ def evidence_run():
     )
     failing = factories.request_table(
         [20.0, 30.0, 40.0, 25.0, 35.0], status=["ok", "timeout", "ok", "http_error", "ok"]
-    )
+    ).model_copy(update={"session": [0, 0, 1, 1, 2], "turn": [0, 1, 0, 1, 0]})
     second = factories.probe_with_requests(
         1,
         20.0,
@@ -90,6 +92,9 @@ def evidence_run():
         repeat=0,
         slo_pass=False,
         failures_by_cause={"timeout": 1, "http_error": 1},
+        sessions=SessionStats(
+            started=3, completed=0, cut=2, unsent_turns=3, cut_causes={"timeout": 1}, mean_turns=3
+        ),
         engine=EngineTelemetry(
             dialect="vllm",
             samples=3,
@@ -179,9 +184,13 @@ def test_run_tables_have_the_evidence_row_for_row():
     # no reasoning streamed: TTFAT is TTFT, no token reasoned
     assert requests["ttfat_ms"] == requests["ttft_ms"]
     assert requests["reasoning_tokens"] == [0] * 9
+    assert requests["session_index"] == [None] * 4 + [0, 0, 1, 1, 2]  # only the sessions probe
+    assert requests["turn_index"] == [None] * 4 + [0, 1, 0, 1, 0]
     probes = {c.name: c.values for c in tables["probes"].columns}
     assert probes["ttft_p99_ms"] == [100.0, math.inf]  # failures count as +inf
     assert probes["failures_by_cause"][1] == '{"http_error": 1, "timeout": 1}'
+    assert probes["sessions_cut_count"] == [None, 2]
+    assert probes["sessions_unsent_turns_count"] == [None, 3]
     power = {c.name: c.values for c in tables["power_samples"].columns}
     assert power["t_s"][:3] == [0.0, 1.0, 2.0]
     assert power["gpu1_power_w"][:3] == [300.0, 301.0, 302.0]
@@ -228,7 +237,7 @@ def test_csv_and_jsonl_read_back_with_the_standard_library(tmp_path, run_file, c
     for fmt in ("csv", "jsonl"):
         out = tmp_path / fmt
         assert main(["export", str(run_file), "--format", fmt, "--out", str(out)]) == 0
-        assert f"wrote {out}/requests.{fmt}: 9 rows, 14 columns" in capsys.readouterr().out
+        assert f"wrote {out}/requests.{fmt}: 9 rows, 16 columns" in capsys.readouterr().out
         assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}.{fmt}" for n in RUN_TABLES)
     with (tmp_path / "csv" / "requests.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
