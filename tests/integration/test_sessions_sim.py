@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.measure_cli import load_spec_dict, load_valid_run, measure_argv, run_measure, write_spec
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.session import Conversation
@@ -178,3 +179,28 @@ async def test_the_history_holds_the_servers_own_reply(repo, api):
         assert second.messages[1] == ("assistant", answer.reply_text)
         messages = [ChatMessage(role=r, content=t) for r, t in second.messages]
         assert again.input_tokens == chat_prompt_tokens(messages)[0]
+
+
+def test_a_run_of_sessions_end_to_end_counts_sessions_per_second(repo: Path, tmp_path: Path):
+    spec_path = repo / "tests/data/tiny-sim.spec.yaml"
+    data = load_spec_dict(spec_path)
+    for section, key in (("model", "config"), ("accuracy", "suite")):
+        data[section][key] = str((spec_path.parent / data[section][key]).resolve())
+    data["workload"]["sessions"] = {
+        "turns": 3,
+        "think_time_s": {"dist": "exponential", "mean": 0.1},
+    }
+    data["sweep"] = {"rates": [3]}
+    spec = write_spec(tmp_path / "spec.yaml", data)
+    out = tmp_path / "sessions.json"
+    done = run_measure(measure_argv(spec, out), cwd=repo)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "3.000 sessions/s" in done.stdout + done.stderr
+    run = load_valid_run(out, cwd=repo)
+    assert run.spec.workload.sessions is not None
+    for record in run.probes:
+        assert record.sessions is not None
+        assert record.sessions.started > 0
+        assert record.requests is not None
+        assert record.requests.turn is not None
+        assert max(record.requests.turn) == 2

@@ -118,8 +118,10 @@ def _ms(value: float | None) -> str:
 
 
 class _Base(Progress):
-    def __init__(self, slo: SloSpec) -> None:
+    def __init__(self, slo: SloSpec, *, rate_unit: str = "req/s") -> None:
         self.slo = slo
+        self.rate_unit = rate_unit
+        """What a rate counts: requests, or sessions with ``workload.sessions``."""
         self.t0 = time.monotonic()
         self.probe_seconds = 0.0
         self._probe_t0: float | None = None
@@ -132,8 +134,8 @@ class _Base(Progress):
 class LogProgress(_Base):
     """One log line per event (no terminal)."""
 
-    def __init__(self, slo: SloSpec, console: Console) -> None:
-        super().__init__(slo)
+    def __init__(self, slo: SloSpec, console: Console, *, rate_unit: str = "req/s") -> None:
+        super().__init__(slo, rate_unit=rate_unit)
         self.console = console
 
     @override
@@ -149,8 +151,9 @@ class LogProgress(_Base):
     def probe_started(self, plan: ProbePlan, index: int, workers: int) -> None:
         self._probe_t0 = time.monotonic()
         self.console.print(
-            f"[{self.elapsed()}] probe {index} ({plan.phase}): {plan.rate_rps:.3f} req/s,"
-            f" {plan.warmup_s:g} s warm-up + {plan.window_s:g} s window, {workers} worker(s)"
+            f"[{self.elapsed()}] probe {index} ({plan.phase}): {plan.rate_rps:.3f}"
+            f" {self.rate_unit}, {plan.warmup_s:g} s warm-up + {plan.window_s:g} s window,"
+            f" {workers} worker(s)"
         )
 
     @override
@@ -246,8 +249,8 @@ class JsonProgress(_Base):
 class TerminalProgress(_Base):
     """A live rich display: phase, the probe in progress, finished probes against the SLO."""
 
-    def __init__(self, slo: SloSpec, console: Console) -> None:
-        super().__init__(slo)
+    def __init__(self, slo: SloSpec, console: Console, *, rate_unit: str = "req/s") -> None:
+        super().__init__(slo, rate_unit=rate_unit)
         self.console = console
         self.status = "starting"
         self.current: tuple[ProbePlan, int, int] | None = None
@@ -272,12 +275,21 @@ class TerminalProgress(_Base):
             stage = "warm-up" if spent < plan.warmup_s else "window" if left > 0 else "drain"
             parts.append(
                 Text(
-                    f"probe {index} ({plan.phase}) at {plan.rate_rps:.3f} req/s, {workers}"
-                    f" worker(s): {stage}, ~{left:.0f} s left (+ drain)"
+                    f"probe {index} ({plan.phase}) at {plan.rate_rps:.3f} {self.rate_unit},"
+                    f" {workers} worker(s): {stage}, ~{left:.0f} s left (+ drain)"
                 )
             )
         table = Table(box=None, header_style="bold")
-        for column in ("#", "phase", "req/s", "p99 TTFT ms", "p99 TPOT ms", "tok/s", "failed", ""):
+        for column in (
+            "#",
+            "phase",
+            self.rate_unit,
+            "p99 TTFT ms",
+            "p99 TPOT ms",
+            "tok/s",
+            "failed",
+            "",
+        ):
             table.add_column(column, justify="right" if column not in ("phase", "") else "left")
         for r in self.rows[-15:]:
             ttft_ok = r.ttft_ms.p99 is not None and r.ttft_ms.p99 <= self.slo.ttft_p99_ms
@@ -364,6 +376,7 @@ def run(args: argparse.Namespace) -> int:
         # would say, so they stay out of the way unless asked for with -v.
         logging.getLogger("tokenwatt").setLevel(logging.WARNING)
     progress: Progress
+    rate_unit = "sessions/s" if spec.workload.sessions is not None else "req/s"
     if args.json_log:
         # stderr carries one JSON object per line, log records included: a plain stream
         # handler even on a terminal (the rich one would frame each record with columns).
@@ -371,11 +384,11 @@ def run(args: argparse.Namespace) -> int:
         handler.setFormatter(JsonLogFormatter())
         redact.guard_handlers([handler])
         logging.getLogger().handlers[:] = [handler]
-        progress = JsonProgress(spec.slo)
+        progress = JsonProgress(spec.slo, rate_unit=rate_unit)
     elif err.is_terminal:
-        progress = TerminalProgress(spec.slo, err)
+        progress = TerminalProgress(spec.slo, err, rate_unit=rate_unit)
     else:
-        progress = LogProgress(spec.slo, err)
+        progress = LogProgress(spec.slo, err, rate_unit=rate_unit)
     # The spec's secrets are known now: no log line may carry them (e.g. in a URL or a header).
     redact.guard_handlers(logging.getLogger().handlers, redact.spec_secrets(spec, os.environ))
     with progress if isinstance(progress, TerminalProgress) else contextlib.nullcontext():
@@ -385,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"wrote {escape(str(args.out))}")
     if outcome is not None:
         rate = (
-            f"{outcome.confirmed_rate_rps:.3f} req/s"
+            f"{outcome.confirmed_rate_rps:.3f} {rate_unit}"
             if outcome.confirmed_rate_rps is not None
             else "none (no rate met the SLO)"
         )
