@@ -48,10 +48,12 @@ from tokenwatt.schema.result import (
 )
 from tokenwatt.schema.run import ProbeRecord, RunFile
 from tokenwatt.schema.spec import (
+    ExponentialSeconds,
     FixedTokens,
     LognormalTokens,
     Spec,
     TokenCount,
+    UniformSeconds,
     UniformTokens,
 )
 from tokenwatt.store import filled
@@ -349,6 +351,27 @@ def _prefix_text(spec: Spec) -> str | None:
     return (
         f"{text}; expected prefix-cache hit rate {rate * 100:.1f} % ({_PAGE_BLOCK_TOKENS}-token"
         " blocks, once every prefix is cached)"
+    )
+
+
+def _sessions_text(spec: Spec) -> str | None:
+    work = spec.workload
+    sessions = work.sessions
+    if sessions is None:
+        return None
+    think = sessions.think_time_s
+    if isinstance(think, UniformSeconds):
+        think_text = f"uniform {think.min:g}\u2013{think.max:g} s"
+    elif isinstance(think, ExponentialSeconds):
+        think_text = f"exponential, mean {think.mean:g} s"
+    else:
+        think_text = f"{think:g} s"
+    new = sessions.new_tokens
+    new_text = _input_text(spec) if new is None else _tokens_text(new, work.trace, "input_tokens")
+    return (
+        f"turns {_tokens_text(sessions.turns, work.trace, 'turns')}; think time {think_text}"
+        f" after each reply; new message {new_text} tokens; each turn resends the history with"
+        " the server's replies; rates are sessions per second, latencies per turn"
     )
 
 
@@ -674,6 +697,7 @@ def build_result(
     replicas = f"{model.replicas} replica{'s' if model.replicas != 1 else ''}"
     reproduce = "\n".join(r.run.command for r in runs) + "\n\n" + report_command
     prefix_text = _prefix_text(ref.spec)
+    sessions_text = _sessions_text(ref.spec)
     try:
         draft = ResultFile(
             id=result_id or slugify(title),
@@ -706,6 +730,7 @@ def build_result(
                 arrival=_arrival_text(ref.spec),
                 # only when there are prefixes: a seed-shaped result stays byte for byte the seed's
                 **({"prefix": prefix_text} if prefix_text is not None else {}),
+                **({"sessions": sessions_text} if sessions_text is not None else {}),
             ),
             power=power_block,
             accuracy=accuracy_block,

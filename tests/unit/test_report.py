@@ -554,3 +554,20 @@ def test_prefix_text_states_the_expected_hit_rate():
         trace
         == "4 \u00d7 450 tokens before each request's own input tokens (own lengths from the trace)"
     )
+
+
+def test_sessions_text_says_what_a_rate_counts():
+    def text(sessions=None):
+        workload = {"input_tokens": 64, "output_tokens": 16, "sessions": sessions}
+        return report._sessions_text(factories.spec(workload=workload))
+
+    assert text() is None
+    assert text({"turns": {"dist": "uniform", "min": 2, "max": 4}, "think_time_s": 1.5}) == (
+        "turns uniform 2\u20134; think time 1.5 s after each reply; new message 64 (fixed) tokens;"
+        " each turn resends the history with the server's replies; rates are sessions per second,"
+        " latencies per turn"
+    )
+    exponential = {"turns": 3, "think_time_s": {"dist": "exponential", "mean": 2}, "new_tokens": 8}
+    assert text(exponential).startswith(
+        "turns 3 (fixed); think time exponential, mean 2 s after each reply; new message 8 (fixed)"
+    )

@@ -110,6 +110,11 @@ class ResultWorkload(StrictModel):
         default=None,
         description="Shared prefixes and the prefix-cache hit rate they should give, in words",
     )
+    sessions: str | None = Field(
+        default=None,
+        description="Multi-turn sessions (turns, think time, new messages) in words; rates then"
+        " count sessions per second",
+    )
 
 
 class ResultPower(StrictModel):
