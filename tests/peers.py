@@ -102,6 +102,7 @@ class BackgroundStarts:
     def __init__(self) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="peer-start")
         self._starts: dict[str, concurrent.futures.Future[Peer]] = {}
+        self._stopped: set[str] = set()
 
     def __contains__(self, key: str) -> bool:
         return key in self._starts
@@ -119,11 +120,18 @@ class BackgroundStarts:
         """The peer once it answers; raises what its start raised."""
         return self._starts[key].result()
 
-    def stop_all(self) -> None:
-        """Stop every peer that started (waiting for starts still running)."""
-        for start in self._starts.values():
+    def stop(self, key: str) -> None:
+        """Stop peer ``key`` if it started (waiting for its start); a second stop does nothing."""
+        start = self._starts.get(key)
+        if start is not None and key not in self._stopped:
+            self._stopped.add(key)
             with contextlib.suppress(Exception):
                 start.result().stop()
+
+    def stop_all(self) -> None:
+        """Stop every peer that started (waiting for starts still running)."""
+        for key in list(self._starts):
+            self.stop(key)
         self._pool.shutdown(wait=True)
 
 
