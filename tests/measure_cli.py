@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,6 +122,49 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def signal_when(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    pattern: str,
+    signum: int = signal.SIGINT,
+    to_group: bool = True,
+    timeout_s: float = 120,
+) -> tuple[int, str]:
+    """Start a measure command line in its own process group, send ``signum`` once a stderr
+    line matches ``pattern`` (to the whole group, as a terminal's Ctrl-C does, or to the
+    process alone), and wait for it to end: its exit status and all of its stderr.
+    """
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    seen = ""
+    with proc:
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                line = proc.stderr.readline()
+                seen += line
+                if not line or re.search(pattern, line):
+                    break
+            assert re.search(pattern, seen), seen[-3000:]
+            if to_group:
+                os.killpg(proc.pid, signum)
+            else:
+                os.kill(proc.pid, signum)
+            proc.wait(timeout=30)
+        finally:
+            kill_group(proc)
+        seen += proc.stderr.read()
+    return proc.returncode, seen
 
 
 def write_spec(path: Path, data: dict[str, Any]) -> Path:

@@ -24,6 +24,7 @@ from tests.measure_cli import (
     load_spec_dict,
     load_valid_run,
     measure_argv,
+    signal_when,
     wait_gone,
     write_spec,
 )
@@ -148,34 +149,14 @@ def test_signal_during_the_accuracy_check_keeps_the_answers(
     )
     spec_path = write_spec(tmp_path / "acc.spec.yaml", spec)
     out = tmp_path / "runs" / "a.json"
-    proc = subprocess.Popen(
+    returncode, stderr = signal_when(
         measure_argv(spec_path, out),
         cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        pattern=r"accuracy: [2-9]/12 answers",
+        signum=signum,
+        to_group=to_group,
     )
-    assert proc.stderr is not None
-    seen = ""
-    with proc:
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                line = proc.stderr.readline()
-                seen += line
-                if not line or re.search(r"accuracy: [2-9]/12 answers", line):
-                    break
-            assert re.search(r"accuracy: [2-9]/12 answers", seen), seen[-3000:]
-            if to_group:
-                os.killpg(proc.pid, signum)
-            else:
-                os.kill(proc.pid, signum)
-            proc.wait(timeout=30)
-        finally:
-            kill_group(proc)
-        stderr = seen + proc.stderr.read()
-    assert proc.returncode == 130, stderr[-3000:]
+    assert returncode == 130, stderr[-3000:]
     errors = error_lines(stderr)
     assert len(errors) == 1, errors
     assert cause in errors[0]

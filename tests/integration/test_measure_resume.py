@@ -6,11 +6,7 @@ probes (rates, streams, phases, decisions) of a run made without the interruptio
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -18,11 +14,11 @@ import pytest
 from tests.measure_cli import (
     error_lines,
     files_in,
-    kill_group,
     load_spec_dict,
     load_valid_run,
     measure_argv,
     run_measure,
+    signal_when,
     write_spec,
 )
 from tokenwatt.schema.run import RunFile
@@ -42,31 +38,10 @@ def _spec(repo: Path, tmp_path: Path) -> Path:
 
 def _interrupt_at_probe_3(repo: Path, spec: Path, out: Path) -> str:
     """Start a run, Ctrl-C it as probe 3 starts (three probes finished); return its stderr."""
-    proc = subprocess.Popen(
-        measure_argv(spec, out, "--no-accuracy"),
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    returncode, seen = signal_when(
+        measure_argv(spec, out, "--no-accuracy"), cwd=repo, pattern=r"probe 3 \(rates\): "
     )
-    assert proc.stderr is not None
-    seen = ""
-    with proc:
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                line = proc.stderr.readline()
-                seen += line
-                if not line or re.search(r"probe 3 \(rates\): ", line):
-                    break
-            assert re.search(r"probe 3 \(rates\): ", seen), seen[-3000:]
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=30)
-        finally:
-            kill_group(proc)
-        seen += proc.stderr.read()
-    assert proc.returncode == 130, seen[-3000:]
+    assert returncode == 130, seen[-3000:]
     return seen
 
 
