@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from tokenwatt import store
 from tokenwatt.errors import InputError
@@ -52,7 +52,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ExportFormat = Literal["csv", "jsonl", "parquet"]
-FORMATS: tuple[ExportFormat, ...] = ("csv", "jsonl", "parquet")
+FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
 ColumnKind = Literal["int", "float", "str", "bool"]
 Cell = int | float | str | bool | None
 """One value of a table; None is null."""

@@ -28,7 +28,7 @@ headline figures, as one JSON object.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
@@ -53,7 +53,7 @@ __all__ = [
 FailOn = Literal["worse", "inconclusive"]
 """What ``--fail-on`` fails: a regression, or also a comparison that cannot say."""
 
-FAIL_ON_LEVELS: tuple[FailOn, ...] = ("worse", "inconclusive")
+FAIL_ON_LEVELS: tuple[FailOn, ...] = get_args(FailOn)
 
 EXIT_WORSE = 3
 """Exit status of ``report --fail-on`` when the candidate is worse than the baseline."""

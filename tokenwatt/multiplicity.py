@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from scipy import stats as scipy_stats
 
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 Correction = Literal["holm", "bonferroni"]
-CORRECTIONS: tuple[Correction, ...] = ("holm", "bonferroni")
+CORRECTIONS: tuple[Correction, ...] = get_args(Correction)
 FAMILY_ALPHA = 0.05
 """Family-wise error rate the report holds: the chance of any false better/worse call."""
 
