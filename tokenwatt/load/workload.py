@@ -368,6 +368,15 @@ def mean_tokens(dist: TokenCount, *, draws: int = 4000) -> float:
     return math.fsum(_draw(dist, rng) or 0 for _ in range(draws)) / draws
 
 
+def _draw_or_row(dist: TokenCount | None, rng: np.random.Generator, row_tokens: int | None) -> int:
+    """A draw from ``dist``, else the trace row's count (a workload without one has a trace)."""
+    value = _draw(dist, rng)
+    if value is None:
+        assert row_tokens is not None
+        return row_tokens
+    return value
+
+
 class Workload:
     """The request stream of one spec: request ``i`` of stream ``s`` is always the same.
 
@@ -449,14 +458,11 @@ class Workload:
         self, index: int, rng: np.random.Generator, text: str | None = None
     ) -> tuple[int, int]:
         row = self.rows[index % len(self.rows)] if self.rows else None
-        n_in = _draw(self.input_dist, rng) if text is None else text_prompt_tokens(text)
-        n_out = _draw(self.output_dist, rng)
-        if n_in is None:
-            assert row is not None
-            n_in = row.input_tokens
-        if n_out is None:
-            assert row is not None
-            n_out = row.output_tokens
+        if text is None:
+            n_in = _draw_or_row(self.input_dist, rng, row.input_tokens if row else None)
+        else:
+            n_in = text_prompt_tokens(text)
+        n_out = _draw_or_row(self.output_dist, rng, row.output_tokens if row else None)
         shared_tokens = self.prefix.shared_tokens if self.prefix is not None else 0
         n_in = shared_tokens + max(n_in, 1)  # the own part follows the shared prefix
         if self.context_tokens is not None:
@@ -508,14 +514,10 @@ class Workload:
         """
         row = self.rows[key % len(self.rows)] if self.rows else None
         dist = self.sessions.new_tokens if self.sessions is not None else None
-        n_new = _draw(dist if dist is not None else self.input_dist, rng)
-        n_out = _draw(self.output_dist, rng)
-        if n_new is None:
-            assert row is not None
-            n_new = row.input_tokens
-        if n_out is None:
-            assert row is not None
-            n_out = row.output_tokens
+        n_new = _draw_or_row(
+            dist if dist is not None else self.input_dist, rng, row.input_tokens if row else None
+        )
+        n_out = _draw_or_row(self.output_dist, rng, row.output_tokens if row else None)
         return max(n_new, 1), max(n_out, 1)
 
     def turn_room(self, prompt_tokens: int) -> int | None:
