@@ -80,10 +80,15 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     if last and not session.config.option.collectonly:
         starts = BackgroundStarts()
         for name in sorted(last):
-            peer_name, *args = VLLM_STARTS[name]
-            starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
+            _start_vllm(starts, name)
         session.config.stash[_STARTS] = starts
         session.config.stash[_LAST_USER] = {items[i].nodeid: name for name, i in last.items()}
+
+
+def _start_vllm(starts: BackgroundStarts, name: str) -> None:
+    """Start fixture ``name``'s vLLM server in the background."""
+    peer_name, *args = VLLM_STARTS[name]
+    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
 
 
 _STARTS: pytest.StashKey[BackgroundStarts] = pytest.StashKey()
@@ -114,8 +119,7 @@ def _vllm(request: pytest.FixtureRequest, name: str) -> Peer:
     if starts is None:
         starts = request.config.stash[_STARTS] = BackgroundStarts()
     if name not in starts:
-        peer_name, *args = VLLM_STARTS[name]
-        starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
+        _start_vllm(starts, name)
     return starts.wait(name)
 
 
