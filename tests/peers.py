@@ -93,6 +93,42 @@ def run_start_script(
     return int(lines[-1])
 
 
+LATE_START_S = 300.0
+"""How much longer :class:`BackgroundStarts` waits for a server its start script gave up on."""
+
+
+def _late_start(port: int, failure: RuntimeError) -> int:
+    """The process group of a server on ``port`` that its start script stopped waiting for
+    ("did not become healthy"), once it answers ``/health``; re-raises ``failure`` otherwise."""
+    if "did not become healthy" not in str(failure):
+        raise failure
+    leaders = [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and _serves_on(entry, port)
+        and os.getpgid(int(entry.name)) == int(entry.name)
+    ]
+    if not leaders:
+        raise failure
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout_s=LATE_START_S)
+    except RuntimeError as exc:
+        for pid in leaders:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        raise failure from exc
+    return leaders[0]
+
+
+def _serves_on(proc: Path, port: int) -> bool:
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in argv and b"--port" in argv and str(port).encode() in argv
+
+
 class BackgroundStarts:
     """Peers started by their scripts in background threads, waited for when a test needs them.
 
@@ -107,12 +143,25 @@ class BackgroundStarts:
     def __contains__(self, key: str) -> bool:
         return key in self._starts
 
-    def start(self, key: str, name: str, script: Path, *args: str) -> None:
-        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group)."""
+    def start(
+        self, key: str, name: str, script: Path, *args: str, after: str | None = None
+    ) -> None:
+        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group);
+        with ``after``, once that start has ended (two heavy starts at once on a busy box can
+        each outlast a start script's own health deadline)."""
+        before = self._starts.get(after) if after is not None else None
 
         def run() -> Peer:
+            if before is not None:
+                concurrent.futures.wait([before])
             port = free_port()
-            return Peer(name, port, run_start_script(script, str(port), *args), group=True)
+            try:
+                pid = run_start_script(script, str(port), *args)
+            except RuntimeError as exc:
+                # The script gives up waiting for health after ~200 s and leaves the server
+                # starting; on a loaded box it may still come up.
+                pid = _late_start(port, exc)
+            return Peer(name, port, pid, group=True)
 
         self._starts[key] = self._pool.submit(run)
 

@@ -58,5 +58,10 @@ async def test_a_full_kv_cache_preempts_and_the_probe_counts_it(vllm_server_pref
     full = await _probe(url, input_tokens=1024, output_tokens=384, rate_rps=3.0, window_s=14.0)
     assert full.preemptions is not None
     assert full.preemptions > 0, full
-    assert full.kv_cache_usage_max_pct is not None  # the gauge, as far as the scrapes caught it
-    assert full.kv_cache_usage_max_pct > 0.0, full
+    assert full.kv_cache_usage_max_pct is not None
+    # The gauges, as far as the scrapes caught them: on a loaded box vLLM's API server answers
+    # /metrics late and a scrape can fall between bursts, but one that saw requests running
+    # must see their blocks.
+    assert full.running_max is not None
+    if full.running_max > 0:
+        assert full.kv_cache_usage_max_pct > 0.0, full

@@ -15,8 +15,9 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -69,6 +70,30 @@ def worker_logging(level: int, env: Mapping[str, str]) -> None:
     logging.basicConfig(level=level)
     secrets = [(name, value) for name, value in env.items() if guardable(value)]
     guard_handlers(logging.getLogger().handlers, secrets)
+
+
+@contextlib.contextmanager
+def _children_start_ignoring_sigint() -> Iterator[None]:
+    """Start processes inside with SIGINT ignored from their first instruction.
+
+    An ignored signal stays ignored across exec, so a worker ignores Ctrl-C from birth, not
+    only once :func:`worker_main` runs: a Ctrl-C reaching the group while a worker is still
+    importing (seconds on a loaded box) would print a KeyboardInterrupt traceback from the
+    child. The parent ignores SIGINT only for the fork and exec themselves (milliseconds);
+    elsewhere it keeps its handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may change handlers (and receives the signal)
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler not installed from Python: leave it alone
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def worker_main(conn: Connection, init: WorkerInit) -> None:
@@ -163,7 +188,8 @@ class WorkerPool:
         for w, init in enumerate(self._inits):
             parent, child = context.Pipe()
             proc = context.Process(target=worker_main, args=(child, init), daemon=True)
-            proc.start()
+            with _children_start_ignoring_sigint():
+                proc.start()
             child.close()
             loop.add_reader(parent.fileno(), self._reader(w, parent, self._inbox))
             self._procs.append(proc)
