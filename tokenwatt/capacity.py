@@ -75,6 +75,7 @@ __all__ = [
     "estimate_capacity",
     "exceedance",
     "fit_constraint",
+    "pct_of_log_ratio",
     "probe_counts",
     "relative_capacity",
     "stream_correlation",
@@ -104,6 +105,11 @@ _MAX_STEP = 5.0
 _EXTRAPOLATION = 1.05
 """A crossing more than this factor outside the fitted probes' rates is not reported."""
 _LOGIT_TARGET = math.log(TARGET_FRACTION / (1.0 - TARGET_FRACTION))
+
+
+def pct_of_log_ratio(log_ratio: float) -> float:
+    """A change given as ln(new / old), in percent: ``(exp(log_ratio) - 1) * 100``."""
+    return (math.exp(log_ratio) - 1.0) * 100.0
 
 
 @dataclass(frozen=True)
@@ -522,14 +528,14 @@ class RelativeCapacity:
 
     def change_pct(self, k: int) -> float:
         """Configuration k's capacity change against the first, %."""
-        return (math.exp(self.log_ratio[k]) - 1.0) * 100.0
+        return pct_of_log_ratio(self.log_ratio[k])
 
     def ci_pct(self, k: int) -> tuple[float, float] | None:
         """Its 95 % interval, %."""
         ci = self.ci[k]
         if ci is None:
             return None
-        return ((math.exp(ci[0]) - 1.0) * 100.0, (math.exp(ci[1]) - 1.0) * 100.0)
+        return (pct_of_log_ratio(ci[0]), pct_of_log_ratio(ci[1]))
 
 
 _Row = tuple[float, float, float, int]

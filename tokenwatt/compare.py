@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from scipy import stats as scipy_stats
 
 from tokenwatt import multiplicity
-from tokenwatt.capacity import RelativeCapacity, SloName, relative_capacity
+from tokenwatt.capacity import RelativeCapacity, SloName, pct_of_log_ratio, relative_capacity
 from tokenwatt.schema.result import Fleet, MultipleComparison, Verdict, VerdictOutcome
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SloSpec
@@ -415,10 +415,6 @@ def _gate_failed(candidate: CapacityFigures, max_drop_pts: float | None) -> bool
     )
 
 
-def _pct(log_value: float) -> float:
-    return (math.exp(log_value) - 1.0) * 100.0
-
-
 def capacity_verdict(
     configs: Sequence[CapacityFigures],
     relative: RelativeCapacity | None,
@@ -470,7 +466,7 @@ def capacity_verdict(
         drift_pct = relative.change_pct(list(order).index("other"))
     dof = relative.dof
     z = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof) + scipy_stats.t.ppf(POWER, dof))
-    mde = _pct(z * se + drift_log) if se is not None else None
+    mde = pct_of_log_ratio(z * se + drift_log) if se is not None else None
     caps = ""
     if baseline.capacity_rps is not None and tuned.capacity_rps is not None:
         caps = f" (SLO capacity {tuned.capacity_rps:.2f} vs {baseline.capacity_rps:.2f} req/s)"
@@ -481,7 +477,7 @@ def capacity_verdict(
     )
     low = high = None
     if log_ci is not None:
-        low, high = _pct(log_ci[0] - drift_log), _pct(log_ci[1] + drift_log)
+        low, high = pct_of_log_ratio(log_ci[0] - drift_log), pct_of_log_ratio(log_ci[1] + drift_log)
     level = f"{confidence * 100:.3g}%"
     interval = (
         f"{level} CI {low:+.1f}% to {high:+.1f}%{drift_text}"

@@ -40,7 +40,12 @@ from pydantic import Field
 from scipy import stats as scipy_stats
 
 from tokenwatt import bounded, store
-from tokenwatt.capacity import CapacityEstimate, estimate_capacity, relative_capacity
+from tokenwatt.capacity import (
+    CapacityEstimate,
+    estimate_capacity,
+    pct_of_log_ratio,
+    relative_capacity,
+)
 from tokenwatt.errors import InputError
 from tokenwatt.figures import search_phases
 from tokenwatt.load.workload import build_workload
@@ -393,7 +398,7 @@ def plan(
         se = rel.log_se[1]
         if se is not None:
             z = float(scipy_stats.t.ppf(0.975, rel.dof) + scipy_stats.t.ppf(0.80, rel.dof))
-            mdes.append((math.exp(z * se) - 1.0) * 100.0)
+            mdes.append(pct_of_log_ratio(z * se))
         ci = rel.ci[1]
         if ci is not None and (ci[0] > 0 or ci[1] < 0):
             different += 1

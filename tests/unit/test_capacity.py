@@ -14,6 +14,7 @@ from tokenwatt.capacity import (
     ProbeCounts,
     estimate_capacity,
     fit_constraint,
+    pct_of_log_ratio,
     probe_counts,
     relative_capacity,
     stream_correlation,
@@ -270,3 +271,11 @@ def test_relative_capacity_needs_two_usable_probes_each():
     a = [factories.probe(0, rate=10.0, window_requests=500, ok=500)]
     b = [factories.probe(0, rate=10.0, window_requests=500, ok=500)] * 2
     assert relative_capacity([a, b], SLO, binding="tpot", centres_rps=[None, None]) is None
+
+
+def test_a_log_ratio_in_percent_by_hand():
+    # ln(1.1) is +10 %, ln(0.5) is -50 %, ln(2) is +100 %: not the log ratio itself times 100
+    assert pct_of_log_ratio(math.log(1.1)) == pytest.approx(10.0)
+    assert pct_of_log_ratio(math.log(0.5)) == pytest.approx(-50.0)
+    assert pct_of_log_ratio(math.log(2.0)) == pytest.approx(100.0)
+    assert pct_of_log_ratio(0.0) == 0.0
