@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,54 +90,23 @@ QUIET_MODULES = frozenset(
 in one process after the rest has run on several workers."""
 
 
-class _QuietMarks:
-    @pytest.hookimpl(tryfirst=True)  # before -m selects
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        for item in items:
-            if _needs_vllm(item) or str(item.path.relative_to(REPO)) in QUIET_MODULES:
-                item.add_marker(pytest.mark.quiet)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_QuietMarks(), "tokenwatt-quiet-marks")
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """On several workers (``pytest -n N``, as scripts/test runs): one work unit per test module,
-    so a module fixture is set up once, except that every module needing vLLM is one unit, so
-    each vLLM server starts once, on one worker. (pytest-xdist's own ``loadgroup`` marks do not
-    reach pytest 9's node ids.) The workers sort the vLLM modules first, so the first worker takes
-    them and waits for the servers while the others run the rest."""
-    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
-
-    vllm_module: dict[str, bool] = {}
-
-    def needs_vllm(module: str) -> bool:
-        if module not in vllm_module:
-            source = (REPO / module).read_text(encoding="utf-8") if module.endswith(".py") else ""
-            vllm_module[module] = any(re.search(rf"\b{name}\b", source) for name in VLLM_STARTS)
-        return vllm_module[module]
-
-    class ModulesAndVllm(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "vllm" if needs_vllm(module) else module
-
-    return ModulesAndVllm(config, log)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark ``quiet`` what needs the box to itself (before ``-m`` selects)."""
+    if _needs_vllm(item) or str(item.path.relative_to(REPO)) in QUIET_MODULES:
+        item.add_marker(pytest.mark.quiet)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the items that will run
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
     """Order the tests and plan the vLLM servers' lives.
 
-    One process: unit tests first, then the modules that need vLLM, then the rest; both vLLM
-    servers start now, in the background (60-90 s, mostly on one core, while the unit tests run
-    on the other). On several workers: the vLLM modules first (the worker that takes them starts
-    both servers at its first vLLM test and waits while the others run the rest), the unit
-    modules last. Either way,
-    each server stops after the last test that needs it (an idle vLLM still takes a tenth of a
-    core). Whole modules move (a stable sort), so module fixtures are set up once.
+    Unit tests first, then the modules that need vLLM, then the rest; both vLLM servers start
+    now, in the background (60-90 s, mostly on one core, while the unit tests run on the other),
+    and each stops after the last test that needs it (an idle vLLM still takes a tenth of a
+    core). On pytest-xdist workers (``-n N --dist loadfile``, scripts/test's first part, which
+    leaves vLLM to the quiet part) the many short unit modules go last instead, to even out the
+    workers' ends, and a vLLM server starts only when a test asks for it. Whole modules move (a
+    stable sort), so module fixtures are set up once.
     """
     from tests.peers import BackgroundStarts
 
@@ -152,9 +120,8 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     def rank(item: pytest.Item) -> tuple[int, int]:
         used = uses[item.path]
         if used:
-            return (0 if worker else 1), min(order.index(name) for name in used)
+            return 1, min(order.index(name) for name in used)
         if unit in item.path.parents:
-            # On workers the many short unit modules go last, to even out the workers' ends.
             return (3 if worker else 0), 0
         return 2, 0
 
@@ -169,10 +136,10 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
         session.config.stash[_LAST_USER] = {id(items[i]): name for name, i in last.items()}
 
 
-def _start_vllm(starts: BackgroundStarts, name: str, *, after: str | None = None) -> None:
-    """Start fixture ``name``'s vLLM server in the background (after server ``after``'s start)."""
+def _start_vllm(starts: BackgroundStarts, name: str) -> None:
+    """Start fixture ``name``'s vLLM server in the background."""
     peer_name, *args = VLLM_STARTS[name]
-    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args, after=after)
+    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
 
 
 _STARTS: pytest.StashKey[BackgroundStarts] = pytest.StashKey()
@@ -204,17 +171,7 @@ def _vllm(request: pytest.FixtureRequest, name: str) -> Peer:
     if starts is None:
         starts = request.config.stash[_STARTS] = BackgroundStarts()
     if name not in starts:
-        # On a worker (or with -p no:...): start every server this session's tests need, so the
-        # second starts while the first one's tests run.
-        # One after the other: the other workers keep the cores busy meanwhile.
-        previous = None
-        for planned in sorted(
-            {name, *request.config.stash.get(_LAST_USER, {}).values()},
-            key=lambda n: (n != name, n),
-        ):
-            if planned not in starts:
-                _start_vllm(starts, planned, after=previous)
-            previous = planned
+        _start_vllm(starts, name)
     return starts.wait(name)
 
 

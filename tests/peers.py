@@ -143,17 +143,10 @@ class BackgroundStarts:
     def __contains__(self, key: str) -> bool:
         return key in self._starts
 
-    def start(
-        self, key: str, name: str, script: Path, *args: str, after: str | None = None
-    ) -> None:
-        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group);
-        with ``after``, once that start has ended (two heavy starts at once on a busy box can
-        each outlast a start script's own health deadline)."""
-        before = self._starts.get(after) if after is not None else None
+    def start(self, key: str, name: str, script: Path, *args: str) -> None:
+        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group)."""
 
         def run() -> Peer:
-            if before is not None:
-                concurrent.futures.wait([before])
             port = free_port()
             try:
                 pid = run_start_script(script, str(port), *args)
