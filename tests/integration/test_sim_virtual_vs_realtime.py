@@ -43,16 +43,23 @@ async def test_a_virtual_probe_matches_the_same_probe_in_real_time(repo: Path):
         )
         .record
     )
-    with launch(settings_from_spec(loaded)) as sim:
-        async with LoadGenerator(
-            spec.engine, workload, base_url=sim.base_url, request_timeout_s=120, workers=1
-        ) as gen:
-            real = await gen.probe(
-                ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S),
-                index=STREAM,
-                slo=spec.slo,
-            )
-    assert not real.client_bound, real.client_bound_reasons
+    # A client-bound probe measured the box, not the engine (CI once lagged 21 ms at p99): up
+    # to three tries, each on a fresh simulator (the same prompts again would hit its cache).
+    bound: list[list[str]] = []
+    for _ in range(3):
+        with launch(settings_from_spec(loaded)) as sim:
+            async with LoadGenerator(
+                spec.engine, workload, base_url=sim.base_url, request_timeout_s=120, workers=1
+            ) as gen:
+                real = await gen.probe(
+                    ProbePlan(phase="search", rate_rps=RATE, warmup_s=WARMUP_S, window_s=WINDOW_S),
+                    index=STREAM,
+                    slo=spec.slo,
+                )
+        if not real.client_bound:
+            break
+        bound.append(real.client_bound_reasons)
+    assert not real.client_bound, bound
     assert real.window_requests == virtual.window_requests
     assert real.requests is not None
     assert virtual.requests is not None

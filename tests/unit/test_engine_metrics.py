@@ -149,6 +149,48 @@ def test_sampler_records_unreadable_pages_as_errors(page, error):
     assert all(error in e for e in errors)
 
 
+def test_a_scrape_answered_after_the_window_is_a_failed_scrape_not_silence():
+    # vLLM's API server on a loaded box once answered every scrape of a 14 s window late: the
+    # probe said 0 samples and 0 errors, as if nobody had asked.
+    def slow() -> str:
+        time.sleep(0.6)
+        return 'vllm:num_requests_running{engine="0"} 1\n'
+
+    samples: list[float] = []
+    errors: list[str] = []
+    with serve_text(slow) as url:
+        start, end = _window(0.2)
+        asyncio.run(sample_running_batch(url, start, end, samples, errors, period_s=0.1))
+    assert samples == []
+    assert len(errors) == 1
+    assert "after the window ended" in errors[0]
+
+
+def test_a_scrape_unanswered_when_the_probe_ends_is_a_failed_scrape():
+    def stuck() -> str:
+        time.sleep(1.5)
+        return 'vllm:num_requests_running{engine="0"} 1\n'
+
+    samples: list[float] = []
+    errors: list[str] = []
+
+    async def probe_ends_early() -> None:
+        start, end = _window(0.2, lead_s=0.0)
+        task = asyncio.create_task(
+            sample_running_batch(url, start, end, samples, errors, period_s=0.1)
+        )
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with serve_text(stuck) as url:
+        asyncio.run(probe_ends_early())
+    assert samples == []
+    assert len(errors) == 1
+    assert errors[0].startswith("no answer in 0.")
+
+
 def test_sampler_records_a_server_that_is_not_there():
     samples: list[float] = []
     errors: list[str] = []

@@ -243,7 +243,8 @@ async def sample_running_batch(
     Args:
         url: the engine's ``/metrics`` URL.
         start_ns: window start; the first scrape waits for it.
-        end_ns: window end; a reading that arrives after it is dropped.
+        end_ns: window end; a reading that arrives after it is dropped and counted as a
+            failed scrape, as is one still unanswered when the task is cancelled.
         samples: where readings go.
         errors: where failures go, in words.
         period_s: time between scrape starts.
@@ -292,6 +293,10 @@ async def _scrape(
                 response.raise_for_status()
             except httpx.HTTPError as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
+            except asyncio.CancelledError:
+                # The probe ended with this scrape unanswered: a failed scrape, not silence.
+                errors.append(f"no answer in {(time.monotonic_ns() - t_ns) / _NS:.1f} s")
+                raise
             else:
                 reading = _reading_on_page(response.text, url)
                 now_ns = time.monotonic_ns()
@@ -299,5 +304,10 @@ async def _scrape(
                     errors.append(reading)
                 elif now_ns < end_ns:
                     keep(EngineReading(t_ns=now_ns, metrics=reading))
+                else:
+                    errors.append(
+                        f"answered {(now_ns - t_ns) / _NS:.1f} s after the request, "
+                        f"{(now_ns - end_ns) / _NS:.1f} s after the window ended"
+                    )
             next_ns = t_ns + int(period_s * _NS)
             await asyncio.sleep(max(0.0, (min(next_ns, end_ns) - time.monotonic_ns()) / _NS))
