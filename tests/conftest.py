@@ -40,6 +40,17 @@ def seed_path(shared: Path) -> Path:
     return SEED
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """tokenwatt's state folder (``$TOKENWATT_STATE_DIR``: the Redfish sessions runs hold) in a
+    temporary folder for the whole session, for the tests and the processes they start: a test
+    never reads or writes the user's ``~/.local/state/tokenwatt``."""
+    folder = tmp_path_factory.mktemp("state")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TOKENWATT_STATE_DIR", str(folder))
+        yield folder
+
+
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """A test that runs the CLI in process (``tokenwatt.cli.main``) points the root logger at

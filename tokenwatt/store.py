@@ -59,6 +59,7 @@ __all__ = [
     "resolve_spec_path",
     "save_result",
     "save_run",
+    "state_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -409,14 +410,28 @@ def cache_dir() -> Path:
     ``~/.cache/tokenwatt``. It holds the simulator's ground truths, drawn charts and recovery
     files; everything in it but the recovery files can be deleted at any time.
     """
-    root = os.environ.get("TOKENWATT_CACHE")
+    return _user_dir("TOKENWATT_CACHE", "XDG_CACHE_HOME", Path(".cache"))
+
+
+def state_dir() -> Path:
+    """The user's state folder for tokenwatt: what one run leaves for the next.
+
+    ``$TOKENWATT_STATE_DIR``, else ``$XDG_STATE_HOME/tokenwatt`` (the XDG base-directory rule),
+    else ``~/.local/state/tokenwatt``. Unlike the cache it is not to be deleted while runs are
+    going: it holds the Redfish sessions open runs hold (:mod:`tokenwatt.power.redfish_sessions`).
+    """
+    return _user_dir("TOKENWATT_STATE_DIR", "XDG_STATE_HOME", Path(".local") / "state")
+
+
+def _user_dir(override_env: str, xdg_env: str, home_default: Path) -> Path:
+    root = os.environ.get(override_env)
     if root:
         return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = os.environ.get(xdg_env)
     # The XDG rule: a relative path is invalid and must be ignored.
     if xdg and Path(xdg).is_absolute():
         return Path(xdg) / "tokenwatt"
-    return Path.home() / ".cache" / "tokenwatt"
+    return Path.home() / home_default / "tokenwatt"
 
 
 def check_output(path: Path, *, kind: Literal["run", "result"], force: bool) -> None:

@@ -235,3 +235,20 @@ def test_the_spec_hash_is_of_the_bytes_loaded_not_of_the_file_later(tmp_path, re
     spec.write_bytes(first + b"\n# edited\n")
     assert loaded.sha256 == hashlib.sha256(first).hexdigest()
     assert store.load_spec(spec).sha256 == hashlib.sha256(first + b"\n# edited\n").hexdigest()
+
+
+def test_the_state_folder_follows_the_xdg_rule_and_the_override(tmp_path, monkeypatch):
+    monkeypatch.delenv("TOKENWATT_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert store.state_dir() == tmp_path / "xdg" / "tokenwatt"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/path")  # the XDG rule: ignored
+    assert store.state_dir() == Path.home() / ".local" / "state" / "tokenwatt"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert store.state_dir() == Path.home() / ".local" / "state" / "tokenwatt"
+    monkeypatch.setenv("TOKENWATT_STATE_DIR", str(tmp_path / "mine"))
+    assert store.state_dir() == tmp_path / "mine"
+
+
+def test_the_test_suite_never_uses_the_users_state_folder(tmp_path_factory):
+    # tests/conftest.py points every test (and every process it starts) at a temporary folder.
+    assert store.state_dir().is_relative_to(tmp_path_factory.getbasetemp())

@@ -21,8 +21,11 @@ both on every request; unset tries a session and falls back to basic when the BM
 token. The password and the token never reach a log, a file or an error message.
 
 The session is deleted on every way out of the run (end, error, Ctrl-C, SIGTERM), with a short
-timeout; only a SIGKILL leaves it to the BMC's own session timeout. A password that would go
-over plain ``http://`` or to an unverified certificate is warned about loudly.
+timeout. A SIGKILL leaves it open, and a BMC has few session slots, so each open session is
+recorded in tokenwatt's state folder (its URL, never the token) and the next run against the same
+BMC and user, once logged in, deletes those whose process is gone
+(:mod:`tokenwatt.power.redfish_sessions`). A password that would go over plain ``http://`` or to
+an unverified certificate is warned about loudly.
 
 TLS: ``verify_tls: false`` accepts any certificate (BMCs usually have self-signed ones);
 ``true`` checks it against the system store, or the CA bundle in ``SSL_CERT_FILE`` when set.
@@ -46,6 +49,7 @@ from tokenwatt.power.base import (
     register_source,
     secret_from_env,
 )
+from tokenwatt.power.redfish_sessions import SessionLedger, SessionRecord
 from tokenwatt.schema.spec import PowerSpec
 
 __all__ = ["RedfishSource"]
@@ -89,6 +93,7 @@ class RedfishSource(PowerSource):
         ca_file: str | None = None,
         timeout_s: float = 5.0,
         transport: httpx.BaseTransport | None = None,
+        ledger: SessionLedger | None = None,
     ) -> None:
         """Prepare a client; nothing is sent before :meth:`open`.
 
@@ -103,6 +108,8 @@ class RedfishSource(PowerSource):
             ca_file: CA bundle for ``verify_tls`` (``SSL_CERT_FILE``); None = system store.
             timeout_s: per-request timeout.
             transport: an httpx transport to use instead of the network (tests).
+            ledger: where open sessions are recorded; None = the state folder's file, found
+                at :meth:`open`.
         """
         super().__init__()
         parts = urlsplit(url)
@@ -124,6 +131,8 @@ class RedfishSource(PowerSource):
         self._client: httpx.Client | None = None
         self._token: str | None = None
         self._session_url: str | None = None
+        self._ledger = ledger
+        self._session_record: SessionRecord | None = None
         self._sessions_path = "/redfish/v1/SessionService/Sessions"
         self._use_basic = False
         self._paths: list[str] = []
@@ -250,6 +259,7 @@ class RedfishSource(PowerSource):
             self._token = token
             location = response.headers.get("Location")
             self._session_url = location or None
+            self._record_session()
             logger.info("Redfish session opened at %s as %r", self.root_url, self.username)
             return
         if response.status_code in (401, 403) and self.auth_mode == "session":
@@ -268,10 +278,69 @@ class RedfishSource(PowerSource):
         )
         self._use_basic = True
 
+    # -- sessions left open by killed runs ---------------------------------------------------------
+
+    def _sessions(self) -> SessionLedger:
+        if self._ledger is None:
+            self._ledger = SessionLedger()
+        return self._ledger
+
+    def _record_session(self) -> None:
+        """Record the session just opened (replacing the one it follows, if any)."""
+        self._forget_session()
+        if self._session_url is not None and self.username is not None:
+            self._session_record = self._sessions().add(
+                bmc_url=self.root_url, username=self.username, session_url=self._session_url
+            )
+
+    def _forget_session(self) -> None:
+        if self._session_record is not None:
+            self._sessions().remove([self._session_record])
+            self._session_record = None
+
+    def _end_stale_sessions(self) -> None:
+        """Delete the recorded sessions of this BMC and user whose process is gone."""
+        if self.username is None:
+            return
+        plan = self._sessions().cleanup(
+            bmc_url=self.root_url, username=self.username, own_session_url=self._session_url
+        )
+        done, failed = list(plan.drop), []
+        for record in plan.delete:
+            try:
+                response = self._send("DELETE", record.session_url, timeout=_LOGOUT_TIMEOUT_S)
+            except PowerError as exc:
+                reason = str(exc)
+            else:
+                if response.is_success or response.status_code == 404:
+                    logger.info(
+                        "Redfish session %s at %s, left open since %s by process %d (gone): %s",
+                        record.session_url,
+                        self.root_url,
+                        record.opened_at.isoformat(timespec="seconds"),
+                        record.pid,
+                        "the BMC had ended it" if response.status_code == 404 else "deleted",
+                    )
+                    done.append(record)
+                    continue
+                reason = f"HTTP {response.status_code}"
+            logger.warning(
+                "Redfish session %s at %s, left open since %s by process %d (gone), could not be"
+                " deleted (%s): later runs try again until it is a day old",
+                record.session_url,
+                self.root_url,
+                record.opened_at.isoformat(timespec="seconds"),
+                record.pid,
+                reason,
+            )
+            failed.append(record)
+        if done or failed:
+            self._sessions().settle(done=done, failed=failed)
+
     # -- life cycle -------------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Log in, find the chassis and the power resource, read it once."""
+        """Log in, end the sessions killed runs left, find the chassis and its power reading."""
         self._client = self._make_client()
         self._use_basic = self.auth_mode == "basic" and self.username is not None
         try:
@@ -281,6 +350,7 @@ class RedfishSource(PowerSource):
                 self._sessions_path = sessions
             if self.username is not None and self.auth_mode != "basic":
                 self._login()
+            self._end_stale_sessions()
             collection = _link(root, "Chassis") or "/redfish/v1/Chassis"
             self.chassis_path, chassis = self._find_chassis(collection)
             self._choose_reading(chassis)
@@ -425,16 +495,28 @@ class RedfishSource(PowerSource):
             return
         try:
             if self._token is not None and self._session_url:
-                try:
-                    self._send("DELETE", self._session_url, timeout=_LOGOUT_TIMEOUT_S)
-                except PowerError as exc:
-                    logger.warning(
-                        "the Redfish session at %s could not be closed (%s): the BMC ends it"
-                        " when it times out",
-                        self._session_url,
-                        exc,
-                    )
+                self._logout(self._session_url)
         finally:
             self._token = None
+            # A session not deleted keeps its entry: the next run deletes it, once this one is gone.
+            self._session_record = None
             self._client.close()
             self._client = None
+
+    def _logout(self, session_url: str) -> None:
+        try:
+            response = self._send("DELETE", session_url, timeout=_LOGOUT_TIMEOUT_S)
+        except PowerError as exc:
+            reason = str(exc)
+        else:
+            # 401 and 404: the BMC had ended it already.
+            if response.is_success or response.status_code in (401, 404):
+                self._forget_session()
+                return
+            reason = f"HTTP {response.status_code}"
+        logger.warning(
+            "the Redfish session at %s could not be closed (%s): the next run against this BMC"
+            " ends it, or else the BMC when it times out",
+            session_url,
+            reason,
+        )

@@ -1,21 +1,28 @@
 """The redfish source against real Redfish servers over HTTPS: sushy-tools' sushy-static (readings
 changed while it runs, the server stopped and restarted mid-run) and nginx serving the same
-mockup with enforced Basic auth and session tokens."""
+mockup with enforced Basic auth and session tokens (the sessions a SIGKILLed run leaves open
+ended by the next run)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.peers import wait_for
 from tokenwatt import energy
 from tokenwatt.errors import PowerError
 from tokenwatt.power import PowerSampler, RedfishSource, build_source
+from tokenwatt.power.redfish_sessions import STATE_FILE, SessionLedger
 from tokenwatt.schema.spec import PowerSpec
 
 pytestmark = [pytest.mark.peer, pytest.mark.redfish]
@@ -343,6 +350,7 @@ def test_a_session_is_deleted_when_open_is_interrupted(start_redfish, monkeypatc
         source.open()
     assert_logged_by_nginx(peer, '"DELETE /redfish/v1/SessionService/Sessions/1')
     assert source._client is None
+    assert [e for e in SessionLedger().entries() if e.bmc_url == peer.url] == []
 
 
 def test_a_password_over_plain_http_or_unverified_tls_is_warned_about(caplog):
@@ -361,3 +369,150 @@ def test_a_password_over_plain_http_or_unverified_tls_is_warned_about(caplog):
         redfish(spec("http://bmc.example"), env={})  # no password: nothing to expose
     assert "INSECURE" not in caplog.text
     assert SECRET not in caplog.text
+
+
+# -- sessions a SIGKILL leaves open: recorded, and ended by the next run ----------------------------
+
+SESSIONS = "/redfish/v1/SessionService/Sessions"
+
+KILLED_RUN = """
+import os, sys, time
+from tokenwatt.power import RedfishSource
+source = RedfishSource(
+    url=sys.argv[1], username="admin", password=os.environ["TW_BMC_PASS"], auth="session"
+)
+source.open()
+print("open", flush=True)
+time.sleep(120)
+"""
+
+
+def killed_run(peer, state: Path, repo: Path, log: Path) -> int:
+    """A run in another process that opens a session to ``peer`` and is SIGKILLed; its pid."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(repo),
+        "TOKENWATT_STATE_DIR": str(state),
+        "TW_BMC_PASS": SECRET,
+    }
+    with log.open("w") as stderr:
+        run = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, peer.url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    assert run.stdout is not None
+    try:
+        line = run.stdout.readline()
+        assert line == "open\n", f"the run did not open its session:\n{log.read_text()}"
+        (entry,) = SessionLedger(state / STATE_FILE).entries()
+        assert (entry.pid, entry.session_url) == (run.pid, f"{SESSIONS}/1")
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        run.stdout.close()
+    assert run.returncode == -signal.SIGKILL
+    access_log = (peer.dir / "nginx" / "access.log").read_text()
+    assert f"POST {SESSIONS} " in access_log
+    assert "DELETE" not in access_log  # the SIGKILL left the session open
+    return run.pid
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (nginx's workers, for its master)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone since the listing
+        if ppid == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def number_the_next_session_2(peer) -> None:
+    """Make nginx give the next login session 2, as a BMC numbers its sessions (it gives every
+    login session 1), and serve both; reloaded with SIGHUP, and waited for until the old worker
+    is gone (until then it too accepts connections, with the old configuration)."""
+    conf = peer.dir / "nginx" / "nginx.conf"
+    text = conf.read_text()
+    changed = text.replace(
+        f'add_header Location "{SESSIONS}/1"', f'add_header Location "{SESSIONS}/2"'
+    ).replace(f"location = {SESSIONS}/1 {{", f"location ~ ^{SESSIONS}/[12]$ {{")
+    assert changed.count(f"{SESSIONS}/2") == 1
+    assert f"{SESSIONS}/[12]" in changed
+    conf.write_text(changed)
+    old_workers = children(peer.pid)
+    assert old_workers
+    os.kill(peer.pid, signal.SIGHUP)
+    wait_for(lambda: (new := children(peer.pid)) != set() and not new & old_workers)
+    response = httpx.get(f"{peer.url}{SESSIONS}/2", verify=False, trust_env=False)
+    assert response.status_code == 200  # 401 before the reload: no such session
+
+
+def test_a_session_left_by_a_killed_run_is_deleted_by_the_next_run(
+    start_redfish, repo, tmp_path, monkeypatch, caplog
+):
+    peer = start_redfish(server="nginx", password=SECRET)
+    state = tmp_path / "state"
+    killed = killed_run(peer, state, repo, tmp_path / "killed.log")
+    number_the_next_session_2(peer)
+    monkeypatch.setenv("TOKENWATT_STATE_DIR", str(state))
+    ledger = SessionLedger(state / STATE_FILE)
+    with (
+        caplog.at_level(logging.INFO, logger="tokenwatt.power.redfish"),
+        redfish(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET}) as source,
+    ):
+        assert source._session_url == f"{SESSIONS}/2"
+        # ended while this run opened, not by its own close: that one is session 2
+        assert_logged_by_nginx(peer, f'"DELETE {SESSIONS}/1 ')
+        (entry,) = ledger.entries()
+        assert (entry.pid, entry.session_url) == (os.getpid(), f"{SESSIONS}/2")
+        assert source.read().watts == 350.0
+    assert f"Redfish session {SESSIONS}/1 at {peer.url}, left open since " in caplog.text
+    assert f"by process {killed} (gone): deleted" in caplog.text
+    assert_logged_by_nginx(peer, f'"DELETE {SESSIONS}/2 ')
+    assert ledger.entries() == []
+    text = caplog.text + (state / STATE_FILE).read_text() + (tmp_path / "killed.log").read_text()
+    assert "tw-session-token-1" not in text
+    assert SECRET not in text
+
+
+def test_a_session_id_the_bmc_gave_again_is_not_deleted(start_redfish, repo, tmp_path, monkeypatch):
+    """nginx gives every login session 1, as a BMC reuses the id of a session it ended: the
+    killed run's entry is dropped, and this run's own session is not deleted under it."""
+    peer = start_redfish(server="nginx", password=SECRET)
+    state = tmp_path / "state"
+    killed = killed_run(peer, state, repo, tmp_path / "killed.log")
+    monkeypatch.setenv("TOKENWATT_STATE_DIR", str(state))
+    ledger = SessionLedger(state / STATE_FILE)
+    with redfish(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET}) as source:
+        assert source._session_url == f"{SESSIONS}/1"
+        assert [e.pid for e in ledger.entries()] == [os.getpid()]
+        peer.set_watts(360)
+        assert source.read().watts == 360.0  # the token still works
+        # nginx logs in order: once the read is logged, a DELETE before it would be too
+        assert_logged_by_nginx(peer, '"GET /redfish/v1/Chassis/1/EnvironmentMetrics')
+        assert "DELETE" not in (peer.dir / "nginx" / "access.log").read_text()
+    assert_logged_by_nginx(peer, f'"DELETE {SESSIONS}/1 ')
+    assert killed not in [e.pid for e in ledger.entries()]
+    assert ledger.entries() == []
+
+
+def test_a_closed_session_leaves_no_entry(start_redfish, tmp_path, monkeypatch):
+    peer = start_redfish(server="nginx", password=SECRET)
+    state = tmp_path / "state"
+    monkeypatch.setenv("TOKENWATT_STATE_DIR", str(state))
+    ledger = SessionLedger(state / STATE_FILE)
+    with redfish(creds(peer.url, auth="session"), env={"TW_BMC_PASS": SECRET}):
+        (entry,) = ledger.entries()
+        assert (entry.bmc_url, entry.username) == (peer.url, "admin")
+        assert (entry.pid, entry.session_url) == (os.getpid(), f"{SESSIONS}/1")
+        text = (state / STATE_FILE).read_text()
+        assert "tw-session-token-1" not in text
+        assert SECRET not in text
+    assert_logged_by_nginx(peer, f'"DELETE {SESSIONS}/1 ')
+    assert ledger.entries() == []
