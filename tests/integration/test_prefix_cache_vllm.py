@@ -1,16 +1,21 @@
 """Real vLLM's prefix-cache hit rate, as a probe's engine telemetry reads it: on and off.
 
 Unique random prompts hit nothing; prompts that share a long prefix (``workload.prefix``) hit
-almost all of it once it is cached, as the workload's construction expects; with prefix caching
-off (the ``vllm_server`` fixture) nothing hits either way.
+almost all of it once it is cached, as the workload's construction expects; prompts shaped by the
+Mooncake trace's hash ids hit what the trace's own reuse says (``trace_hit_rate``); with prefix
+caching off (the ``vllm_server`` fixture) nothing hits either way.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+from pathlib import Path
+
 import pytest
 
 from tests import factories
-from tokenwatt.load.prefix import expected_hit_rate
+from tokenwatt.load.prefix import expected_hit_rate, trace_hit_rate
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import Workload, build_workload
 from tokenwatt.sweep import ProbePlan
@@ -21,12 +26,17 @@ PREFIX_TOKENS = 1024  # 8 of vLLM's 128-token blocks (its CPU build); 32 own tok
 VLLM_CPU_BLOCK_TOKENS = 128
 
 
-async def hit_rate_pct(base_url: str, workload: Workload, spec) -> float | None:
+RATE_RPS, WARMUP_S = 2.0, 1.0
+
+
+async def hit_rate_pct(
+    base_url: str, workload: Workload, spec, *, window_s: float = 4.0
+) -> float | None:
     async with LoadGenerator(
         spec.engine, workload, metrics_url=f"{base_url}/metrics", workers=1
     ) as gen:
         record = await gen.probe(
-            ProbePlan(phase="search", rate_rps=2.0, warmup_s=1.0, window_s=4.0),
+            ProbePlan(phase="search", rate_rps=RATE_RPS, warmup_s=WARMUP_S, window_s=window_s),
             index=0,
             slo=spec.slo,
         )
@@ -70,3 +80,76 @@ async def test_prefix_caching_off_hits_nothing_even_with_a_shared_prefix(vllm_se
     shared = _spec(url, seed=103, shared=True)
     off_pct = await hit_rate_pct(url, build_workload(shared, context_tokens=4096), shared)
     assert off_pct is None or off_pct < 5.0  # vLLM may not count lookups it never makes
+
+
+def _mooncake_in_miniature(shared: Path, out: Path, *, pairs: int = 8, blocks: int = 6) -> Path:
+    """Rows of the real Mooncake trace whose prompts share 3+ leading blocks, each after the
+    earlier row it shares them with, cut to ``blocks`` blocks of 128 tokens (vLLM CPU's block;
+    the trace's are 512) so that they fit the tiny model; 8 output tokens each."""
+    source = shared / "data/traces/mooncake_fast25/conversation_trace.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    first_with: dict[tuple[int, ...], int] = {}
+    chosen: list[int] = []
+    for j, row in enumerate(rows):
+        ids = row["hash_ids"]
+        depth = 0
+        while depth < len(ids) and tuple(ids[: depth + 1]) in first_with:
+            depth += 1
+        if depth >= 3 and len(chosen) < 2 * pairs:
+            chosen += [first_with[tuple(ids[:depth])], j]
+        for c in range(1, len(ids) + 1):
+            first_with.setdefault(tuple(ids[:c]), j)
+    lines = []
+    for i in chosen:
+        ids = rows[i]["hash_ids"][:blocks]
+        lines.append({"input_length": 128 * len(ids) - 37, "output_length": 8, "hash_ids": ids})
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return out
+
+
+async def test_prompts_shaped_by_the_mooncake_trace_hit_what_its_reuse_says(
+    vllm_server_prefix_caching, shared, tmp_path
+):
+    url = vllm_server_prefix_caching.base_url
+    trace = _mooncake_in_miniature(shared, tmp_path / "mooncake-mini.jsonl")
+    window_s = 6.0
+
+    def spec(trace_prefix: bool):
+        return factories.spec(
+            engine={"endpoint": f"{url}/v1", "model": "tiny"},
+            workload={
+                "trace": str(trace),
+                "trace_block_tokens": VLLM_CPU_BLOCK_TOKENS,
+                "trace_prefix": trace_prefix,
+                "seed": 104,
+            },
+            slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
+        )
+
+    shaped = spec(True)
+    work = build_workload(shaped, trace_file=trace, context_tokens=4096)
+    assert work.shares_prefixes
+    offsets = list(
+        itertools.takewhile(lambda t: t < WARMUP_S + window_s, work.arrivals(RATE_RPS, stream=0))
+    )
+    warmup = sum(t < WARMUP_S for t in offsets)
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    sent = [rows[i % len(rows)] for i in range(len(offsets))]
+    expected = trace_hit_rate(
+        [r["hash_ids"] for r in sent],
+        [r["input_length"] for r in sent],
+        trace_block_tokens=VLLM_CPU_BLOCK_TOKENS,
+        cache_block_tokens=VLLM_CPU_BLOCK_TOKENS,
+        counted_from=warmup,
+    )
+    assert expected > 0.3  # deep reuse, not just the trace's common first block
+    measured = await hit_rate_pct(url, work, shaped, window_s=window_s)
+    assert measured is not None
+    # The counters cover the requests vLLM scheduled between the window's first and last
+    # scrape, not exactly the window's: a few points either way.
+    assert measured == pytest.approx(100 * expected, abs=8.0)
+    unique = spec(False)
+    unique_work = build_workload(unique, trace_file=trace, context_tokens=4096)
+    unique_pct = await hit_rate_pct(url, unique_work, unique, window_s=window_s)
+    assert unique_pct is not None
+    assert unique_pct < 5.0

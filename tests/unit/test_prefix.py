@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from tests import factories
 from tokenwatt.client.openai import GenerationRequest
 from tokenwatt.errors import SpecError
-from tokenwatt.load.prefix import expected_hit_rate
+from tokenwatt.load.prefix import expected_hit_rate, trace_hit_rate
 from tokenwatt.load.workload import build_workload
 
 S = 40  # shared tokens
@@ -32,6 +32,40 @@ def prefixed(groups=3, shared_tokens=S, api="completions", **workload):
             **workload,
         },
     )
+
+
+def test_trace_hit_rate_hand_worked():
+    # T = 4, B = 2. [0, 1] x 8 tokens: nothing cached. [0, 2] x 7: id 0 is the first's first 4
+    # tokens: 4 hit. [0, 1] x 6: shares min(8, 6) = 6 with the first, but at most 6 - 1 = 5 are
+    # served, in whole 2-token blocks: 4 hit.
+    ids, lengths = [[0, 1], [0, 2], [0, 1]], [8, 7, 6]
+    rate = trace_hit_rate(ids, lengths, trace_block_tokens=4, cache_block_tokens=2)
+    assert rate == pytest.approx((0 + 4 + 4) / (8 + 7 + 6))
+    warm = trace_hit_rate(ids, lengths, trace_block_tokens=4, cache_block_tokens=2, counted_from=1)
+    assert warm == pytest.approx(8 / 13)  # 0.615385
+    # a cache block larger than the shared part serves nothing of it: 4 // 8 = 0, 5 // 8 = 0
+    assert trace_hit_rate(ids, lengths, trace_block_tokens=4, cache_block_tokens=8) == 0.0
+    # unique ids never hit; a prompt that is a prefix of an earlier one is served but its last
+    # token: [5] x 3 after [5, 6] x 8 shares 3, serves 2
+    assert trace_hit_rate([[1], [2]], [4, 4], trace_block_tokens=4, cache_block_tokens=1) == 0
+    short = trace_hit_rate(
+        [[5, 6], [5]], [8, 3], trace_block_tokens=4, cache_block_tokens=1, counted_from=1
+    )
+    assert short == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("ids", "lengths", "kw", "message"),
+    [
+        ([[0]], [4, 4], {}, "one list of hash ids per request"),
+        ([[0]], [4], {"cache_block_tokens": 0}, "block sizes"),
+        ([[0]], [4], {"counted_from": 1}, "at least one request"),
+    ],
+)
+def test_trace_hit_rate_refuses_what_it_cannot_count(ids, lengths, kw, message):
+    args = {"trace_block_tokens": 4, "cache_block_tokens": 2} | kw
+    with pytest.raises(ValueError, match=message):
+        trace_hit_rate(ids, lengths, **args)
 
 
 def test_expected_hit_rate_hand_worked():

@@ -45,17 +45,35 @@ the KV cache; otherwise least-recently-used eviction lowers it). Worked example:
 blocks = 992 tokens; ``q = 0.75``, ``F = 4 * (1 - 0.75^8) = 3.5995``; hit rate
 ``= 992 * (1 - 3.5995 / 8) / 1200 = 0.4547``; in steady state (``M`` large) ``992 / 1200 =
 0.8267``.
+
+**A trace's hit rate** (:func:`trace_hit_rate`): the same fraction for requests whose prompts
+are a trace's blocks, sent in order. Two prompts share their first ``T * c`` tokens when their
+first ``c`` hash ids are equal (``T`` = ``trace_block_tokens``; a shorter prompt shares at most
+its own length), and request ``j`` finds in the cache the longest prefix it shares with any
+request before it, in whole cache blocks of ``B`` tokens and never its whole prompt (an engine
+computes at least its last token: vLLM then recomputes the last block). Assumes nothing is
+evicted. Worked example, ``T = 4``, ``B = 2``: requests with ids ``[0, 1]`` (8 tokens),
+``[0, 2]`` (7), ``[0, 1]`` (6): the first hits nothing; the second shares 4 tokens (id 0) with
+the first: 4 hit; the third shares min(6, 8) = 6 with the first, at most 5 = 6 - 1 computed,
+in whole blocks: 4 hit. Over the last two, (4 + 4) / (7 + 6) = 0.6154.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["block_tokens", "blocks_needed", "expected_hit_rate", "prefix_tokens"]
+__all__ = [
+    "block_tokens",
+    "blocks_needed",
+    "expected_hit_rate",
+    "prefix_tokens",
+    "trace_hit_rate",
+]
 
 _PREFIX_KEY = 0x50524658  # separates prefix draws from request and arrival draws
 _BLOCK_KEY = 0x424C4B53  # and trace-block draws from both
@@ -124,3 +142,50 @@ def expected_hit_rate(
 def blocks_needed(input_tokens: int, block: int) -> int:
     """Hash ids a trace row of ``input_tokens`` must carry with ``block``-token blocks."""
     return math.ceil(input_tokens / block)
+
+
+def trace_hit_rate(
+    hash_ids: Sequence[Sequence[int]],
+    input_tokens: Sequence[int],
+    *,
+    trace_block_tokens: int,
+    cache_block_tokens: int,
+    counted_from: int = 0,
+) -> float:
+    """Fraction of prompt tokens a cache serves to trace-shaped prompts (module docstring).
+
+    Args:
+        hash_ids: each request's hash ids, in the order the requests are sent.
+        input_tokens: each request's prompt length (at most its ids' blocks).
+        trace_block_tokens: tokens per hash id ``T``.
+        cache_block_tokens: the cache's block size ``B``.
+        counted_from: the requests before this one (a warm-up) fill the cache but are not
+            counted.
+
+    Raises:
+        ValueError: lengths that disagree, a block size under 1, or nothing counted.
+    """
+    if len(hash_ids) != len(input_tokens):
+        raise ValueError("one list of hash ids per request")
+    if trace_block_tokens < 1 or cache_block_tokens < 1:
+        raise ValueError("block sizes must be at least 1")
+    if not 0 <= counted_from < len(hash_ids):
+        raise ValueError("counted_from must leave at least one request to count")
+    longest: dict[tuple[int, ...], int] = {}
+    """Per leading run of ids, the longest prompt sent so far that starts with it."""
+    hit = total = 0
+    for j, (ids, n) in enumerate(zip(hash_ids, input_tokens, strict=True)):
+        shared_tokens = 0
+        for c in range(1, len(ids) + 1):
+            before = longest.get(tuple(ids[:c]))
+            if before is None:
+                break
+            shared_tokens = max(shared_tokens, min(before, n, trace_block_tokens * c))
+        if j >= counted_from:
+            usable = min(shared_tokens, n - 1)
+            hit += cache_block_tokens * (usable // cache_block_tokens)
+            total += n
+        for c in range(1, len(ids) + 1):
+            key = tuple(ids[:c])
+            longest[key] = max(longest.get(key, 0), n)
+    return hit / total
