@@ -46,6 +46,12 @@ FAULTS = (
     "comments",  # SSE comment lines (keep-alive pings) between events
     "reasoning",  # chat deltas: reasoning_content, a pause, then content; usage counts reasoning
     "reasoning_no_details",  # the same with vLLM's newer "reasoning" name and no reasoning count
+    "informational",  # a "100 Continue" head before the real one
+    "chunk_extensions",  # every chunk-size line carries an extension (";name=value")
+    "huge_head",  # a 200 head with 70 KiB of headers
+    "trailing_bytes",  # a Content-Length stream, then bytes that are no response, kept alive
+    "http10_keep_alive",  # HTTP/1.0 with Content-Length and "Connection: keep-alive"
+    "http10",  # HTTP/1.0 with Content-Length and no keep-alive: the connection must not be reused
 )
 
 REASONING_PAUSE_S = 0.2
@@ -332,6 +338,35 @@ class FaultServer:
             tail.append(_event(_usage(n_prompt, n, think if fault == "reasoning" else None)))
             tail.append(b"data: [DONE]\n\n")
             w(b"".join(_chunk(e) for e in tail) + b"0\r\n\r\n")
+        elif fault == "informational":
+            w(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+            w(HEAD_CHUNKED + b"".join(_chunk(e) for e in _stream(n, n_prompt)) + b"0\r\n\r\n")
+        elif fault == "chunk_extensions":
+            chunks = [f"{len(e):x};tw=1\r\n".encode() + e + b"\r\n" for e in _stream(n, n_prompt)]
+            w(HEAD_CHUNKED + b"".join(chunks) + b"0\r\n\r\n")
+        elif fault == "huge_head":
+            w(
+                b"HTTP/1.1 200 OK\r\n"
+                + b"".join(b"x-pad: " + b"p" * 1000 + b"\r\n" for _ in range(70))
+            )
+            await writer.drain()
+            await asyncio.sleep(3600)
+        elif fault in ("trailing_bytes", "http10_keep_alive", "http10"):
+            payload = b"".join(_stream(n, n_prompt))
+            version = b"1.1" if fault == "trailing_bytes" else b"1.0"
+            keep = b"connection: keep-alive\r\n" if fault == "http10_keep_alive" else b""
+            # One write: the trailing bytes arrive in the response's own read.
+            trailing = b"XYZ not a response\r\n" if fault == "trailing_bytes" else b""
+            w(
+                b"HTTP/"
+                + version
+                + b" 200 OK\r\ncontent-type: text/event-stream\r\n"
+                + keep
+                + f"content-length: {len(payload)}\r\n\r\n".encode()
+                + payload
+                + trailing
+            )
         elif fault == "comments":
             events = _stream(n, n_prompt)
             mixed = [b": ping\n\n" + e for e in events]

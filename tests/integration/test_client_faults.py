@@ -49,6 +49,12 @@ EXPECTED = {
     "bad_chunk": ("malformed_stream", "bad chunk size"),
     "json_body": ("malformed_stream", "not an event stream"),
     "comments": ("ok", None),
+    "informational": ("ok", None),
+    "chunk_extensions": ("ok", None),
+    "huge_head": ("malformed_stream", "response head larger than 64 KiB"),
+    "trailing_bytes": ("ok", None),
+    "http10_keep_alive": ("ok", None),
+    "http10": ("ok", None),
 }
 
 
@@ -129,6 +135,25 @@ async def test_keep_alive_reuses_one_connection(fault_server):
         for _ in range(5):
             assert (await client.generate(REQUEST)).ok
     assert fault_server.connections - before == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "connections"),
+    [
+        ("ok", 1),
+        ("http10_keep_alive", 1),  # HTTP/1.0 keeps the connection only when it says so
+        ("http10", 3),
+        ("trailing_bytes", 3),  # bytes after a response: the connection is out of step
+    ],
+)
+async def test_a_connection_is_reused_only_when_its_response_allows(
+    fault_server, fault, connections
+):
+    before = fault_server.connections
+    async with OpenAIClient(engine(), base_url=fault_server.base_url(fault)) as client:
+        results = [await client.generate(REQUEST) for _ in range(3)]
+    assert [r.status for r in results] == ["ok"] * 3, [r.error for r in results]
+    assert fault_server.connections - before == connections
 
 
 async def test_server_closing_a_kept_alive_connection_is_retried_once(fault_server):

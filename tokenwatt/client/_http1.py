@@ -10,12 +10,15 @@ request on an idle keep-alive connection is written synchronously by the caller 
 time is exact), and the idle pool is a stack (O(1) per request, no scans, no silent cap on the
 number of connections: callers cap concurrency themselves and record the wait).
 
-What it implements: one request per connection at a time, keep-alive reuse, ``Content-Length``,
-chunked and close-delimited bodies, ``Connection: close``, TLS through asyncio, one transparent
-retry when a *reused* connection turns out to be closed before any response byte arrived (the
-race every keep-alive client has with servers that close idle connections, e.g. llama-server).
-Not implemented: redirects, proxies, compression (none is requested), HTTP/2, 1xx responses
-other than being skipped.
+The response framing (status line, headers, ``Content-Length``, chunked and close-delimited
+bodies, keep-alive rules of HTTP/1.0 and 1.1) is parsed by httptools, the binding of llhttp
+(Node's parser, the one under uvicorn); this module keeps the connection logic: one request per
+connection at a time, keep-alive reuse, TLS through asyncio, the send stamps, and one
+transparent retry when a *reused* connection turns out to be closed before any response byte
+arrived (the race every keep-alive client has with servers that close idle connections, e.g.
+llama-server). A connection that carried bytes beyond its response is not reused. Not
+implemented: redirects, proxies, compression (none is requested), HTTP/2, 1xx responses other
+than being skipped.
 """
 
 from __future__ import annotations
@@ -30,18 +33,14 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 from urllib.parse import urlsplit
 
+import httptools
+
 __all__ = ["HTTP1Pool", "InFlightHTTP", "ResponseSink", "Target"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_HEAD_BYTES = 64 * 1024
-_MAX_CHUNK_LINE_BYTES = 4096
 _CLIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL, errno.ENOBUFS})
-
-# Body framing
-_LENGTH, _CHUNKED, _UNTIL_CLOSE = 0, 1, 2
-# Chunked-decoder states
-_C_SIZE, _C_DATA, _C_DATA_END, _C_TRAILER = 0, 1, 2, 3
 
 
 class ResponseSink(Protocol):
@@ -93,16 +92,26 @@ class Target:
 
 
 class _Exchange:
-    """Parses one response on one connection and feeds the sink."""
+    """Parses one response on one connection (httptools, i.e. llhttp) and feeds the sink.
+
+    The parser's callbacks only collect; :meth:`feed` hands the sink what one network read
+    completed, in order: the head, the body bytes of every chunk of the read joined (one
+    ``on_body`` call per read, however many events it holds), then the end.
+    """
 
     __slots__ = (
-        "_body_left",
-        "_chunk_left",
-        "_cstate",
-        "_framing",
-        "_head",
+        "_complete",
+        "_head_bytes",
+        "_head_reported",
+        "_headers",
         "_in_body",
-        "_line",
+        "_informational",
+        "_parser",
+        "_parts",
+        "_prefix",
+        "_reason",
+        "_status",
+        "_until_close",
         "conn",
         "done",
         "got_bytes",
@@ -131,173 +140,100 @@ class _Exchange:
         self.got_bytes = False
         self.done = False
         self.keep_alive = True
-        self._head = b""
+        self._parser = httptools.HttpResponseParser(self)
+        self._prefix = b""
+        self._head_bytes = 0
+        self._reason = b""
+        self._headers: dict[str, str] = {}
+        self._status = 0
+        self._informational = False
+        self._head_reported = True  # nothing to report yet
         self._in_body = False
-        self._framing = _UNTIL_CLOSE
-        self._body_left = 0
-        self._cstate = _C_SIZE
-        self._chunk_left = 0
-        self._line = b""
+        self._until_close = False
+        self._complete = False
+        self._parts: list[bytes] = []
+
+    # -- parser callbacks (httptools): collect only ----------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._complete:
+            self.keep_alive = False  # bytes after the body: do not trust the connection
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        headers = self._headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # informational: skip it, the real head follows
+            self._informational = True
+            self._headers = {}
+            self._reason = b""
+            return
+        headers = self._headers
+        self._status = status
+        self.keep_alive = self._parser.should_keep_alive()
+        self._until_close = (
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "").lower()
+        )
+        self._in_body = True
+        self._head_reported = False
+
+    def on_body(self, body: bytes) -> None:
+        self._parts.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        self._complete = True
 
     # -- incoming bytes -------------------------------------------------------------------
 
     def feed(self, data: bytes, t_ns: int) -> None:
-        self.got_bytes = True
-        if self._in_body:
-            self._body(data, t_ns)
-            return
-        head = self._head + data
-        end = head.find(b"\r\n\r\n")
-        if end < 0:
-            if len(head) > _MAX_HEAD_BYTES:
-                self._fail("malformed_stream", "response head larger than 64 KiB", t_ns)
-            else:
-                self._head = head
-            return
-        self._head = b""
-        rest = head[end + 4 :]
-        if not self._parse_head(head[:end], t_ns):
-            return
-        if self.done:
-            return
-        if rest or self._framing == _LENGTH and self._body_left == 0:
-            self._body(rest, t_ns)
-
-    def _parse_head(self, raw: bytes, t_ns: int) -> bool:
-        lines = raw.split(b"\r\n")
-        status_line = lines[0].decode("latin-1")
-        parts = status_line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            self._fail("malformed_stream", f"not an HTTP/1.x response: {status_line[:120]!r}", t_ns)
-            return False
-        status = int(parts[1])
-        if 100 <= status < 200:  # informational: skip it, the real head follows
-            return True
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon:
-                self._fail("malformed_stream", f"bad header line {line[:80]!r}", t_ns)
-                return False
-            key = name.strip().lower().decode("latin-1")
-            text = value.strip().decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        connection = headers.get("connection", "").lower()
-        self.keep_alive = (
-            "close" not in connection if parts[0] == "HTTP/1.1" else "keep-alive" in connection
-        )
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._framing = _CHUNKED
-        elif "content-length" in headers:
-            try:
-                self._body_left = int(headers["content-length"])
-            except ValueError:
-                self._fail("malformed_stream", "bad Content-Length", t_ns)
-                return False
-            self._framing = _LENGTH
-        else:
-            self._framing = _UNTIL_CLOSE
-            self.keep_alive = False
-        self._in_body = True
-        self.sink.on_head(status, parts[2] if len(parts) > 2 else "", headers)
-        return True
-
-    def _body(self, data: bytes, t_ns: int) -> None:
-        if self._framing == _CHUNKED:
-            self._dechunk(data, t_ns)
-        elif self._framing == _LENGTH:
-            take = data[: self._body_left]
-            self._body_left -= len(take)
-            if take:
-                self.sink.on_body(take, t_ns)
-            if self._body_left == 0:
-                if len(data) > len(take):
-                    self.keep_alive = False  # bytes beyond the body: do not trust the connection
-                self._finish(t_ns)
-        elif data:
-            self.sink.on_body(data, t_ns)
-
-    def _dechunk(self, data: bytes, t_ns: int) -> None:
-        # Hot path (one call per network read, often dozens of chunks per read): state lives in
-        # locals and is written back once.
-        out: list[bytes] = []
-        pos, n = 0, len(data)
-        state, left = self._cstate, self._chunk_left
+        if not self.got_bytes:
+            self.got_bytes = True
+            self._prefix = data[:120]
         error: str | None = None
-        finished = False
-        while pos < n:
-            if state == _C_SIZE and not self._line:
-                # Fast path: a whole "SIZE\r\nDATA\r\n" chunk inside this read. Anything
-                # unusual (extensions, bad sizes, a chunk cut by the read) takes the general path.
-                eol = data.find(b"\n", pos)
-                if eol >= 0:
-                    head = data[pos:eol]
-                    try:
-                        size = 0 if b";" in head else int(head, 16)  # int() ignores the \r
-                    except ValueError:
-                        size = 0
-                    end = eol + 1 + size
-                    if size > 0 and end + 2 <= n and data[end : end + 2] == b"\r\n":
-                        out.append(data[eol + 1 : end])
-                        pos = end + 2
-                        continue
-            if state == _C_DATA:
-                end = pos + left
-                if end > n:
-                    out.append(data[pos:])
-                    left -= n - pos
-                    pos = n
-                    break
-                out.append(data[pos:end])
-                pos, left, state = end, 0, _C_DATA_END
-                if data[pos : pos + 2] == b"\r\n":
-                    pos += 2
-                    state = _C_SIZE
-                continue
-            eol = data.find(b"\n", pos)
-            if eol < 0:
-                self._line += data[pos:]
-                if len(self._line) > _MAX_CHUNK_LINE_BYTES:
-                    error = "chunk-size line too long"
-                break
-            if self._line:
-                line = (self._line + data[pos:eol]).rstrip(b"\r")
-                self._line = b""
-            else:
-                line = data[pos:eol].rstrip(b"\r")
-            pos = eol + 1
-            if state == _C_SIZE:
-                if b";" in line:
-                    line = line.split(b";", 1)[0]
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    error = f"bad chunk size {line[:40]!r}"
-                    break
-                if size < 0:
-                    error = "negative chunk size"
-                    break
-                if size == 0:
-                    state = _C_TRAILER
+        if not self._complete:
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                if self._complete:
+                    self.keep_alive = False  # bytes after the body that are not a response
                 else:
-                    state, left = _C_DATA, size
-            elif state == _C_DATA_END:
-                if line:
-                    error = "chunk data longer than its size"
-                    break
-                state = _C_SIZE
-            elif not line:  # empty line after the last chunk's trailers: body complete
-                finished = True
-                break
-        self._cstate, self._chunk_left = state, left
-        if out and not self.done:
-            self.sink.on_body(out[0] if len(out) == 1 else b"".join(out), t_ns)
+                    error = self._malformed(str(exc))
+        else:
+            self.keep_alive = False  # bytes after the body
+        if not self._in_body:
+            self._head_bytes += len(data)
+            if error is None and self._head_bytes > _MAX_HEAD_BYTES:
+                error = "response head larger than 64 KiB"
+        if not self._head_reported:
+            self._head_reported = True
+            reason = self._reason.decode("latin-1")
+            self.sink.on_head(self._status, reason, self._headers)
+        if self._parts and not self.done:
+            parts, self._parts = self._parts, []
+            self.sink.on_body(parts[0] if len(parts) == 1 else b"".join(parts), t_ns)
         if error is not None:
             self._fail("malformed_stream", error, t_ns)
-        elif finished:
-            if pos < n:
-                self.keep_alive = False  # bytes after the body: do not trust the connection
+        elif self._complete:
             self._finish(t_ns)
+
+    def _malformed(self, why: str) -> str:
+        if not self._in_body and not self._reason and not self._headers:
+            first = self._prefix.split(b"\r\n", 1)[0].decode("latin-1")
+            return f"not an HTTP/1.x response: {first[:120]!r} (llhttp: {why})"
+        if "chunk" in why.lower():
+            return f"bad chunk size (llhttp: {why})"
+        return f"malformed HTTP response (llhttp: {why})"
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -319,7 +255,7 @@ class _Exchange:
         """The connection closed (``exc`` None: the peer closed it cleanly)."""
         if self.done:
             return
-        if self._in_body and self._framing == _UNTIL_CLOSE and exc is None:
+        if self._in_body and self._until_close and exc is None:
             self._finish(t_ns)
             return
         self.done = True
