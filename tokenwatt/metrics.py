@@ -251,14 +251,15 @@ def client_bound_reasons(
     slot_wait_s: float = 0.0,
     max_concurrency: int | None = None,
     client_errors: int = 0,
+    harness_errors: int = 0,
 ) -> list[str]:
     """Why the load generator, not the server, limited a probe (empty list: it did not).
 
     Client-bound when the achieved arrival rate is under 97 % of the offered rate or the
     p99 send lag exceeds 10 ms. Two more reasons follow from the same principle: a window request
-    that waited for a concurrency slot was held back by the harness, and a request that failed
+    that waited for a concurrency slot was held back by the harness, a request that failed
     for a client-side reason (out of file descriptors or local ports) says nothing about the
-    server.
+    server, and a session whose next turn tokenwatt failed to build was never offered.
 
     Args:
         offered_rate_rps: arrival rate the schedule offered inside the window, req/s.
@@ -268,6 +269,7 @@ def client_bound_reasons(
         slot_wait_s: total time they waited, s.
         max_concurrency: the cap, for the message.
         client_errors: window requests that failed for a client-side reason.
+        harness_errors: sessions cut because tokenwatt failed to build their next turn.
     """
     reasons: list[str] = []
     if offered_rate_rps > 0 and achieved_rate_rps < MIN_ACHIEVED_RATE_FRACTION * offered_rate_rps:
@@ -287,6 +289,11 @@ def client_bound_reasons(
         reasons.append(
             f"{client_errors} window requests failed for a client-side reason"
             " (file descriptors or local ports exhausted)"
+        )
+    if harness_errors > 0:
+        reasons.append(
+            f"{harness_errors} sessions were cut by an error in tokenwatt itself (logged with"
+            " its traceback): the load was not the planned one"
         )
     return reasons
 

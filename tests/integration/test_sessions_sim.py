@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.measure_cli import load_spec_dict, load_valid_run, measure_argv, run_measure, write_spec
@@ -204,3 +205,34 @@ def test_a_run_of_sessions_end_to_end_counts_sessions_per_second(repo: Path, tmp
         assert record.requests is not None
         assert record.requests.turn is not None
         assert max(record.requests.turn) == 2
+
+
+async def test_a_turn_tokenwatt_fails_to_build_cuts_its_session_and_the_probe_still_ends(
+    repo, monkeypatch, caplog
+):
+    # A bug building a next turn used to escape into the transport's callback: the window
+    # never completed and the probe waited for it forever. In process, so the bug can be planted.
+    real_after = Conversation.after
+
+    def after(self, reply):
+        if self.index == 1:
+            raise RuntimeError("planted bug")
+        return real_after(self, reply)
+
+    monkeypatch.setattr(Conversation, "after", after)
+    loaded = loaded_with_sessions(repo, think_time_s=0.05)
+    spec = loaded.spec
+    work = build_workload(spec, context_tokens=4096)
+    with launch(settings_from_spec(loaded)) as sim:
+        async with LoadGenerator(spec.engine, work, base_url=sim.base_url, in_process=True) as gen:
+            plan = ProbePlan(phase="search", rate_rps=4.0, warmup_s=0.0, window_s=2.0)
+            with anyio.fail_after(60):
+                record = await gen.probe(plan, index=0, slo=spec.slo)
+    assert record.sessions is not None
+    assert record.sessions.cut_causes == {"harness_error": 1}, record.sessions
+    assert record.sessions.unsent_turns == 2  # turns 1 and 2 of the 3
+    assert record.client_bound
+    assert any("error in tokenwatt itself" in r for r in record.client_bound_reasons)
+    assert not record.slo_pass
+    assert "session 1: tokenwatt failed to build turn 1" in caplog.text
+    assert "planted bug" in caplog.text  # the traceback is logged

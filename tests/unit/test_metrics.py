@@ -141,6 +141,12 @@ def test_client_bound_reasons():
     assert metrics.client_bound_reasons(
         offered_rate_rps=1.0, achieved_rate_rps=1.0, send_lag_p99_ms=math.inf
     )
+    assert metrics.client_bound_reasons(
+        offered_rate_rps=1.0, achieved_rate_rps=1.0, send_lag_p99_ms=0.1, harness_errors=2
+    ) == [
+        "2 sessions were cut by an error in tokenwatt itself (logged with its traceback): the"
+        " load was not the planned one"
+    ]
 
 
 def test_slo_pass():

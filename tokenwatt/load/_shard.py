@@ -112,6 +112,8 @@ def precise_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+HARNESS_ERROR = "harness_error"
+"""The cut cause of a session whose next turn tokenwatt failed to build."""
 _LATE_SENDS_PER_YIELD = 4
 _NEVER = 1 << 62
 
@@ -260,6 +262,9 @@ class ShardResult:
     """Window requests still in flight when the shard was stopped (cancelled)."""
     sessions: SessionTally | None = None
     """Sessions: what happened to them (None without ``workload.sessions``)."""
+    harness_errors: int = 0
+    """Sessions cut because tokenwatt itself failed to build their next turn (a bug, logged
+    with its traceback): the load was not what was planned, so the probe is client-bound."""
     window_emitted_tokens: float = 0.0
     """Output tokens that arrived inside the window, from any request (warm-up, window or
     after): each request's content chunks timed inside ``[window start, window end)``, scaled
@@ -516,9 +521,9 @@ class Shard:
         t_sched = record.t_end_ns + think_ns
         warm_ns, end_ns = self._window_rel_ns
         in_window = warm_ns <= t_sched - self._t0_ns < end_ns
+        prepared = self.client.prepare(step)  # before counting it: it may raise
         if in_window:
             self._window_pending += 1  # pending from now: the window waits for it
-        prepared = self.client.prepare(step)
         delay_s = max(0.0, (t_sched - time.monotonic_ns()) / 1e9)
         self._turn_timers[record.index] = asyncio.get_running_loop().call_later(
             delay_s, self._send_turn, prepared, t_sched, in_window
@@ -620,7 +625,21 @@ class Shard:
             self._result.window.append(record)
             self._window_pending -= 1
         if record.turn is not None:
-            self._next_turn(record)  # before the window check: the next turn may be inside it
+            try:
+                self._next_turn(record)  # before the window check: the next turn may be inside it
+            except Exception:
+                # A bug building the next turn must not escape into the transport's callback:
+                # the window check and the queue below would never run and the probe would wait
+                # for its window forever. The session is cut and the probe is client-bound.
+                logger.exception(
+                    "session %d: tokenwatt failed to build turn %d; the session is cut",
+                    record.index,
+                    record.turn + 1,
+                )
+                self._result.harness_errors += 1
+                conversation = self._conversations.get(record.index)
+                unsent = conversation.turns - record.turn - 1 if conversation is not None else 0
+                self._end_session(record.index, HARNESS_ERROR, unsent=unsent)
         if in_window:
             self._check_window()
         while self._queue and not self._stopped and self._in_flight < self._cap:

@@ -183,6 +183,7 @@ def build_probe_record(
         slot_wait_s=slot_wait_s,
         max_concurrency=max_concurrency,
         client_errors=client_errors,
+        harness_errors=sum(s.harness_errors for s in shards),
     )
     ttft = metrics.table_latency_stats(table, "ttft_ms")
     ttfat = metrics.table_latency_stats(table, "ttfat_ms") if table.ttfat_ms is not None else None
