@@ -43,6 +43,7 @@ from tokenwatt.geometry import ModelGeometry, geometry_for_spec
 from tokenwatt.gpus import preset
 from tokenwatt.inventory import read_inventory
 from tokenwatt.load.engine_metrics import find_running_gauge
+from tokenwatt.load.open_files import ensure_open_files
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
@@ -411,6 +412,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     same_file = opts.resume is not None and opts.resume.resolve() == opts.out.resolve()
     _check_writable(opts.out, force=opts.force or same_file)
     check_spec_inputs(loaded)
+    ensure_open_files(eff_m.max_concurrency)
     if previous is not None:
         state.started = previous.environment.started_utc
     sim = None
