@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.measure_cli import error_lines, files_in, load_spec_dict, measure_argv, write_spec
 from tokenwatt.load.open_files import RESERVE_FILES, files_needed
@@ -45,7 +46,7 @@ def test_the_soft_limit_is_raised_to_the_hard_limit_for_the_cap():
     assert done.stdout.split() == ["2048", "2048", "2048", "2048", "2048", "2048"]
 
 
-def _tiny_spec(repo: Path) -> dict:
+def _tiny_spec(repo: Path) -> dict[str, Any]:
     """tests/data/tiny-sim.spec.yaml with its files named absolutely (the copy moves)."""
     data = load_spec_dict(repo / "tests/data/tiny-sim.spec.yaml")
     for section, key in (("model", "config"), ("accuracy", "suite")):
