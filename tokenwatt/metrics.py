@@ -256,7 +256,12 @@ def client_bound_reasons(
     """Why the load generator, not the server, limited a probe (empty list: it did not).
 
     Client-bound when the achieved arrival rate is under 97 % of the offered rate or the
-    p99 send lag exceeds 10 ms. Two more reasons follow from the same principle: a window request
+    p99 send lag exceeds 10 ms. *Offered* is the rate of the window's own schedule (its window
+    requests over the window), not the target rate r: a Poisson schedule's count is random, and
+    one 15 s window at 10 req/s (150 expected arrivals, standard deviation 12) falls under 97 %
+    of r by chance in about a third of probes. Against the schedule the rule measures what the
+    client did with the arrivals it was given: sends spread over longer than the window
+    (the last one over 3 % of the window late) or sent late at the tail. Two more reasons follow from the same principle: a window request
     that waited for a concurrency slot was held back by the harness, a request that failed
     for a client-side reason (out of file descriptors or local ports) says nothing about the
     server, and a session whose next turn tokenwatt failed to build was never offered.
