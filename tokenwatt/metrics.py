@@ -261,10 +261,11 @@ def client_bound_reasons(
     one 15 s window at 10 req/s (150 expected arrivals, standard deviation 12) falls under 97 %
     of r by chance in about a third of probes. Against the schedule the rule measures what the
     client did with the arrivals it was given: sends spread over longer than the window
-    (the last one over 3 % of the window late) or sent late at the tail. Two more reasons follow from the same principle: a window request
-    that waited for a concurrency slot was held back by the harness, a request that failed
-    for a client-side reason (out of file descriptors or local ports) says nothing about the
-    server, and a session whose next turn tokenwatt failed to build was never offered.
+    (the last one over 3 % of the window late) or sent late at the tail. More reasons follow
+    from the same principle: a window request that waited for a concurrency slot was held back
+    by the harness, a request that failed for a client-side reason (out of file descriptors or
+    local ports) says nothing about the server, and a session whose next turn tokenwatt failed
+    to build was never offered.
 
     Args:
         offered_rate_rps: arrival rate the schedule offered inside the window, req/s.
