@@ -67,6 +67,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="reuse the KV blocks of identical token-id prefixes (default: on, as vLLM)",
     )
+    p.add_argument(
+        "--reasoning-fraction",
+        type=float,
+        help="chat: share of each answer's tokens streamed first as reasoning_content (default 0)",
+    )
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=run)
@@ -83,6 +88,7 @@ _SIM_OPTIONS = (
     "compute_efficiency",
     "block_size",
     "enable_prefix_caching",
+    "reasoning_fraction",
 )
 """Options that set a field of ``engine.sim`` (:class:`~tokenwatt.schema.spec.SimSpec`)."""
 

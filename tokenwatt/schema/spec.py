@@ -148,6 +148,12 @@ class SimSpec(StrictInputModel):
     block_size: Annotated[int, Field(ge=1, le=4096)] = Field(
         default=16, description="Tokens per KV-cache block, the prefix cache's unit (vLLM: 16)"
     )
+    reasoning_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0,
+        description="Chat streams as a reasoning model's: this share of each answer's tokens"
+        " (of max_tokens, rounded) comes first as reasoning_content, counted in"
+        " usage.completion_tokens_details.reasoning_tokens; 0 = none",
+    )
 
 
 class EngineSpec(StrictInputModel):

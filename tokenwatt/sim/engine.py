@@ -116,6 +116,13 @@ class EngineConfig:
     step_overhead_s: float
     power: PowerModel
     enable_prefix_caching: bool = True
+    reasoning_fraction: float = 0.0
+    """Chat streams: the share of ``max_tokens`` sent first as reasoning (the API's concern:
+    reasoning tokens cost the engine what answer tokens do)."""
+
+    def reasoning_tokens(self, max_tokens: int) -> int:
+        """How many of a chat answer's first tokens are reasoning."""
+        return round(self.reasoning_fraction * max_tokens)
 
     @classmethod
     def build(
@@ -178,6 +185,7 @@ class EngineConfig:
             / 1000.0,
             power=power,
             enable_prefix_caching=sim.enable_prefix_caching,
+            reasoning_fraction=sim.reasoning_fraction,
         )
         config.check()
         return config
@@ -244,6 +252,11 @@ class EngineConfig:
             f" {self.step_overhead_s * 1000:.1f} ms, eta_bw {self.bandwidth_efficiency:.2f},"
             f" eta_flop {self.compute_efficiency:.2f}, {self.block_size}-token blocks, prefix"
             f" caching {'on' if self.enable_prefix_caching else 'off'}"
+            + (
+                f", chat answers {self.reasoning_fraction:.0%} reasoning"
+                if self.reasoning_fraction
+                else ""
+            )
         )
 
 

@@ -461,6 +461,8 @@ class SimApp:
         model = json.dumps(self.served_model_name)
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{model},'
+        reasoning = self.config.reasoning_tokens(sim_req.max_tokens) if chat else 0
+        think = '"choices":[{"index":0,"delta":{"reasoning_content":'
         if chat:
             mid = '"choices":[{"index":0,"delta":{"content":'
             tail = '},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
@@ -500,6 +502,7 @@ class SimApp:
                 out: list[str] = []
                 while emitted < produced:
                     piece_json = text.word_json(emitted)
+                    part = think if emitted < reasoning else mid
                     if stops:
                         before = len(text_so_far)
                         text_so_far += text.word(emitted)
@@ -513,7 +516,7 @@ class SimApp:
                             end: tuple[str | int, ...] = (finish, stop_reason)
                             if ids:
                                 end = (finish, stop_reason, text.token_id(emitted - 1))
-                            out.append(head + mid + piece_json + last % end)
+                            out.append(head + part + piece_json + last % end)
                             break
                     emitted += 1
                     if emitted == produced and stream.done:
@@ -521,20 +524,25 @@ class SimApp:
                         end = (finish, stop_reason)
                         if ids:
                             end = (finish, stop_reason, text.token_id(emitted - 1))
-                        out.append(head + mid + piece_json + last % end)
+                        out.append(head + part + piece_json + last % end)
                     elif ids:
-                        out.append(head + mid + piece_json + tail % text.token_id(emitted - 1))
+                        out.append(head + part + piece_json + tail % text.token_id(emitted - 1))
                     else:
-                        out.append(head + mid + piece_json + tail)
+                        out.append(head + part + piece_json + tail)
                 if out:
                     yield "".join(out)
                 elif stream.done:
                     finish = sim_req.finish_reason or "abort"
             if req.include_usage:
                 total = sim_req.prompt_tokens + emitted
+                details = (
+                    f',"completion_tokens_details":{{"reasoning_tokens":{min(reasoning, emitted)}}}'
+                    if reasoning
+                    else ""
+                )
                 yield (
                     f'{head}"choices":[],"usage":{{"prompt_tokens":{sim_req.prompt_tokens},'
-                    f'"total_tokens":{total},"completion_tokens":{emitted}}},'
+                    f'"total_tokens":{total},"completion_tokens":{emitted}{details}}},'
                     f'"system_fingerprint":"{_FINGERPRINT}"}}\n\n'
                 )
             yield "data: [DONE]\n\n"

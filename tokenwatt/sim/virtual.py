@@ -511,10 +511,13 @@ class _ProbeRun:
         w_start = t0_ns + round(self.w0 * _NS)
         w_end = t0_ns + round(self.w1 * _NS)
         end = self.stopped_s
+        chat = self.server.workload.api == "chat"
+        config = self.server.config
         for rec in self.tracked:
             if end is not None and rec.t_sched_s > end:
                 continue  # never sent: the probe had stopped
-            record = _request_result(rec, t0_ns)
+            reasoning = config.reasoning_tokens(rec.max_tokens) if chat else 0
+            record = _request_result(rec, t0_ns, reasoning=reasoning)
             result.sent += 1
             first, last = record.t_first_ns, record.t_last_ns
             if first is not None and last is not None and last > first:
@@ -538,7 +541,8 @@ def _ttft_tpot_ms(rec: _Tracked) -> tuple[float | None, float | None]:
     return ttft, tpot
 
 
-def _request_result(rec: _Tracked, t0_ns: int) -> RequestResult:
+def _request_result(rec: _Tracked, t0_ns: int, *, reasoning: int = 0) -> RequestResult:
+    """``reasoning``: the first tokens the server streams as reasoning (a reasoning model)."""
     sched = t0_ns + round(rec.t_sched_s * _NS)
     chunks = array("q", (t0_ns + round(t * _NS) for t in rec.times))
     status = rec.status
@@ -553,6 +557,9 @@ def _request_result(rec: _Tracked, t0_ns: int) -> RequestResult:
         http_status=200,
         t_first_ns=chunks[0] if chunks else None,
         t_last_ns=chunks[-1] if chunks else None,
+        t_first_answer_ns=chunks[reasoning] if len(chunks) > reasoning else None,
+        reasoning_events=min(reasoning, len(chunks)),
+        reasoning_tokens=min(reasoning, len(chunks)),
         chunk_ns=chunks,
         output_tokens=len(rec.times),
         usage_output_tokens=len(rec.times) if status == "ok" else None,
