@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,16 @@ def session_cache() -> Path:
 
 
 def mkdocs_build(
-    config: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None
+    config: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``mkdocs build --strict -f config``, as the README's command runs it."""
+    """``mkdocs build --strict -f config``, as the README's command runs it.
+
+    ``preexec`` runs in the child before mkdocs starts (e.g. to lower its limits).
+    """
     environ = {k: v for k, v in os.environ.items() if k != "TOKENWATT_STRICT_PUBLISH"}
     environ["NO_MKDOCS_2_WARNING"] = "1"
     environ["TOKENWATT_CACHE"] = str(session_cache())
@@ -80,6 +87,7 @@ def mkdocs_build(
         text=True,
         timeout=300,
         check=False,
+        preexec_fn=preexec,
     )
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import shutil
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -406,6 +409,30 @@ def test_result_that_is_not_json_fails(tmp_path):
     done = mkdocs_build(write_config(tmp_path, results))
     assert done.returncode != 0
     assert "torn.json: JSON syntax error" in done.stderr
+
+
+def _file_size_limit(limit_bytes: int) -> Callable[[], None]:
+    """A full disk without root: writes past ``limit_bytes`` fail with EFBIG (SIGXFSZ ignored)."""
+
+    def preexec() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return preexec
+
+
+def test_a_site_that_cannot_be_written_fails_with_one_message(tmp_path, seed_path):
+    # mkdocs writes the site itself (the theme's 100 KiB+ scripts first): the OSError would
+    # reach the user as mkdocs' traceback; the plugin turns it into one message.
+    results = write_results(tmp_path / "results", {"seed.json": seed_data(seed_path)})
+    before = (results / "seed.json").read_bytes()
+    done = mkdocs_build(write_config(tmp_path, results), preexec=_file_size_limit(64 * 1024))
+    said = done.stdout + done.stderr  # mkdocs echoes an abort on stdout
+    assert done.returncode == 1, said[-2000:]
+    assert "Traceback" not in said
+    assert said.count("Aborted: the site could not be written: File too large (") == 1, said
+    assert str(tmp_path / "public") in said  # the file mkdocs could not write
+    assert (results / "seed.json").read_bytes() == before
 
 
 def test_two_results_with_one_id_fail(tmp_path, seed_path):

@@ -24,6 +24,7 @@ but which breaks the publishing policy fails the build; without it, it is built 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -34,7 +35,7 @@ import jinja2
 from mkdocs.config import config_options as c
 from mkdocs.config.base import Config
 from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.exceptions import PluginError
+from mkdocs.exceptions import Abort, PluginError
 from mkdocs.livereload import LiveReloadServer
 from mkdocs.plugins import BasePlugin
 from mkdocs.structure.files import File, Files
@@ -65,6 +66,8 @@ STRICT_ENV = "TOKENWATT_STRICT_PUBLISH"
 """Environment variable that turns ``strict_publish`` on (``1``/``true``/``yes``)."""
 
 _CHART_PLACEHOLDER = re.compile(r"<!-- tokenwatt:chart ([a-z0-9._-]+) -->")
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES})
+"""What a failed write of the site says: full disk or quota, too large, read-only, denied."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -273,6 +276,21 @@ class ResultPagesPlugin(BasePlugin[ResultPagesConfig]):  # type: ignore[no-untyp
                 self.chart_cache.hits,
                 self.chart_cache.folder,
             )
+
+    def on_build_error(self, *, error: Exception) -> None:
+        """A site that cannot be written (full disk, read-only folder): one message, no traceback.
+
+        mkdocs copies the theme and writes the pages itself, so a failed write surfaces here as
+        the OSError of whichever file it was; the results the site is built from are only read.
+        """
+        if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+            target = error.filename2 or error.filename  # a copy's error names its source first
+            where = f" ({target})" if target else ""
+            raise Abort(
+                f"Aborted: the site could not be written: {error.strerror}{where}. The results"
+                " it is built from are untouched; free space (or fix the folder's permissions)"
+                " and build again."
+            ) from None
 
     def on_serve(
         self, server: LiveReloadServer, /, *, config: MkDocsConfig, builder: Callable[[], None]
