@@ -127,6 +127,11 @@ async def closed_loop(base_url: str, *, tokens: int, streams: int, requests: int
     return cpu_s / requests
 
 
+def tokenwatt_per_request(base_url: str, tokens: int, streams: int, requests: int) -> float:
+    """:func:`closed_loop` on a fresh event loop: CPU seconds per request."""
+    return asyncio.run(closed_loop(base_url, tokens=tokens, streams=streams, requests=requests))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=100)
@@ -160,31 +165,13 @@ def main() -> None:
                         spaced.base_url, streams=args.spaced_streams, seconds=args.peer_seconds
                     )
                 )
-            one.append(
-                asyncio.run(
-                    closed_loop(
-                        batched.base_url, tokens=1, streams=args.streams, requests=args.requests
-                    )
-                )
-            )
+            one.append(tokenwatt_per_request(batched.base_url, 1, args.streams, args.requests))
             many.append(
-                asyncio.run(
-                    closed_loop(
-                        batched.base_url,
-                        tokens=args.tokens,
-                        streams=args.streams,
-                        requests=args.requests,
-                    )
-                )
+                tokenwatt_per_request(batched.base_url, args.tokens, args.streams, args.requests)
             )
             each.append(
-                asyncio.run(
-                    closed_loop(
-                        spaced.base_url,
-                        tokens=args.tokens,
-                        streams=args.spaced_streams,
-                        requests=args.spaced_requests,
-                    )
+                tokenwatt_per_request(
+                    spaced.base_url, args.tokens, args.spaced_streams, args.spaced_requests
                 )
             )
     finally:

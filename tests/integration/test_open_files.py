@@ -23,6 +23,21 @@ def _lowered(soft: int, hard: int):
     return preexec
 
 
+def _measure_with_limits(
+    repo: Path, argv: list[str], *, soft: int, hard: int, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """A measure command line in a child whose open-file limits are ``soft`` / ``hard``."""
+    return subprocess.run(
+        argv,
+        cwd=repo,
+        preexec_fn=_lowered(soft, hard),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def test_files_needed_is_the_cap_and_the_reserve():
     assert files_needed(1000) == 1000 + RESERVE_FILES == 1256
 
@@ -60,14 +75,8 @@ def test_a_cap_over_the_hard_limit_is_refused_before_anything_runs(repo, tmp_pat
     spec = write_spec(tmp_path / "spec.yaml", data)
     out = tmp_path / "runs"
     out.mkdir()
-    done = subprocess.run(
-        measure_argv(spec, out / "run.json", "--quick"),
-        cwd=repo,
-        preexec_fn=_lowered(256, 1024),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    done = _measure_with_limits(
+        repo, measure_argv(spec, out / "run.json", "--quick"), soft=256, hard=1024, timeout_s=120
     )
     assert done.returncode == 2, done.stderr
     assert error_lines(done.stderr) == [
@@ -86,14 +95,12 @@ def test_the_same_run_starts_when_the_cap_fits(repo, tmp_path: Path):
     # tiny-sim's cap of 256 needs 512 descriptors: a soft limit of 256 is raised and it runs
     spec = write_spec(tmp_path / "spec.yaml", _tiny_spec(repo))
     out = tmp_path / "run.json"
-    done = subprocess.run(
+    done = _measure_with_limits(
+        repo,
         measure_argv(spec, out, "--quick", "--no-accuracy"),
-        cwd=repo,
-        preexec_fn=_lowered(256, 1024),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+        soft=256,
+        hard=1024,
+        timeout_s=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.is_file()

@@ -14,6 +14,7 @@ import pytest
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.plan import engine_config, with_spec
+from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import FixedTokens
 from tokenwatt.sim.launch import launch, settings_from_spec
 from tokenwatt.sim.virtual import VirtualServer
@@ -35,14 +36,20 @@ def reasoning_spec(repo: Path, fraction: float = 0.25):
     return with_spec(loaded, spec.model_copy(update={"engine": engine, "workload": workload}))
 
 
+async def http_probe(loaded, work, plan: ProbePlan) -> ProbeRecord:
+    """One probe of ``plan`` through a freshly started simulator, over HTTP."""
+    spec = loaded.spec
+    with launch(settings_from_spec(loaded)) as sim:
+        async with LoadGenerator(spec.engine, work, base_url=sim.base_url, workers=1) as gen:
+            return await gen.probe(plan, index=0, slo=spec.slo)
+
+
 async def test_a_reasoning_simulator_over_http_and_in_virtual_time(repo):
     loaded = reasoning_spec(repo)
     spec = loaded.spec
     work = build_workload(spec, context_tokens=4096)
     plan = ProbePlan(phase="search", rate_rps=4.0, warmup_s=0.5, window_s=2.0)
-    with launch(settings_from_spec(loaded)) as sim:
-        async with LoadGenerator(spec.engine, work, base_url=sim.base_url, workers=1) as gen:
-            real = await gen.probe(plan, index=0, slo=spec.slo)
+    real = await http_probe(loaded, work, plan)
     server = VirtualServer(engine_config(loaded), work, request_timeout_s=60)
     virtual = server.probe(plan, index=0, slo=spec.slo).record
     for record in (real, virtual):
@@ -64,12 +71,9 @@ async def test_a_reasoning_simulator_over_http_and_in_virtual_time(repo):
 
 async def test_no_reasoning_by_default(repo):
     loaded = reasoning_spec(repo, fraction=0.0)
-    spec = loaded.spec
-    work = build_workload(spec, context_tokens=4096)
+    work = build_workload(loaded.spec, context_tokens=4096)
     plan = ProbePlan(phase="search", rate_rps=4.0, warmup_s=0.5, window_s=1.0)
-    with launch(settings_from_spec(loaded)) as sim:
-        async with LoadGenerator(spec.engine, work, base_url=sim.base_url, workers=1) as gen:
-            record = await gen.probe(plan, index=0, slo=spec.slo)
+    record = await http_probe(loaded, work, plan)
     assert record.failed == 0
     assert record.requests is not None
     assert record.requests.reasoning_tokens is None
