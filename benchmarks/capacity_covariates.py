@@ -39,10 +39,11 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import brentq
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -51,6 +52,7 @@ from tokenwatt.capacity import (  # noqa: E402
     NEIGHBOURHOOD_LN,
     TARGET_FRACTION,
     ProbeCounts,
+    _logistic_mle,
     probe_counts,
 )
 from tokenwatt.plan import _server, engine_config, run_trial  # noqa: E402
@@ -114,26 +116,17 @@ def _share(probe: ProbeRecord, bound_ms: float) -> tuple[int, int]:
     return sum(v > bound_ms for v in values), len(values)
 
 
-def _logistic(design: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Maximum-likelihood coefficients of logit q = design @ beta (Newton's method)."""
-    beta = np.zeros(design.shape[1])
-    beta[0] = math.log((k.sum() + 0.5) / (n.sum() - k.sum() + 0.5))
-    for _ in range(100):
-        q = 1.0 / (1.0 + np.exp(-np.clip(design @ beta, -30, 30)))
-        w = n * q * (1 - q) + 1e-12
-        step = np.linalg.solve((design.T * w) @ design, design.T @ (k - n * q))
-        beta += step
-        if np.max(np.abs(step)) < 1e-10:
-            break
-    return beta
+def _slope(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> float:
+    """b of logit q = a + b x, by the capacity estimator's own fit (Firth's, pooled here)."""
+    fit = _logistic_mle(x - x.mean(), k, n)
+    if fit is None:
+        raise SystemExit("the pooled logistic fit failed")
+    return float(fit[0][1])
 
 
-def _solve(f, lo: float, hi: float, target: float) -> float:
-    """x in [lo, hi] with f(x) = target, f increasing (bisection)."""
-    for _ in range(100):
-        mid = (lo + hi) / 2.0
-        lo, hi = (lo, mid) if f(mid) > target else (mid, hi)
-    return (lo + hi) / 2.0
+def _solve(f: Callable[[float], float], lo: float, hi: float, target: float) -> float:
+    """x in [lo, hi] with f(x) = target, f increasing."""
+    return float(brentq(lambda x: f(x) - target, lo, hi, xtol=1e-12))
 
 
 def fixed_slope_capacity(
@@ -252,7 +245,7 @@ def estimate_with(args, loaded, config, fixed, tallies) -> None:  # type: ignore
     c_of: dict[int, float] = {}
     for power in POWERS:
         z = np.array([load_covariate(p, moments, span_s=args.span, power=power) for p in fixed])
-        c_of[power] = float(_logistic(np.column_stack([np.ones_like(z), z]), k, n)[1])
+        c_of[power] = _slope(z, k, n)
     trials = [run_trial(loaded, config, seed=100 + i) for i in range(args.trials)]
     counts = [[c for c in probe_counts(t.probes, slo)["tpot"] if c.complete] for t in trials]
     pooled = [c for cs in counts for c in cs]
@@ -260,7 +253,7 @@ def estimate_with(args, loaded, config, fixed, tallies) -> None:  # type: ignore
     near = np.abs(x) <= NEIGHBOURHOOD_LN
     kk = np.array([c.exceeding for c in pooled], dtype=float)[near]
     nn = np.array([c.requests for c in pooled], dtype=float)[near]
-    slope = float(_logistic(np.column_stack([np.ones_like(x[near]), x[near]]), kk, nn)[1])
+    slope = _slope(x[near], kk, nn)
     print(
         f"\n{args.trials} adaptive trials; pooled slope {slope:.2f} over {int(near.sum())} probes;"
         + "".join(f" c(z^{p}) {c:.2f}" for p, c in c_of.items())
