@@ -94,6 +94,7 @@ QUIET_MODULES = frozenset(
         "test_probe_nginx",  # client-bound or not, by send lag
         "test_client_nginx",
         "power/test_redfish",  # sampling at 10 Hz across a BMC outage
+        "test_ray_load",  # latencies from Ray actors against local workers to 5 %; Ctrl-C
     )
 )
 """Modules whose outcome depends on having the CPUs to themselves, besides those needing vLLM

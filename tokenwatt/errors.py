@@ -11,6 +11,7 @@ exit status. Every message says what went wrong and, where it can, what to do ab
     - ResultError                a result file that does not load, or runs that cannot be compared
     - WriteError                 an output file cannot be written (folder, full disk, read-only)
   x EndpointError                the server under test is unreachable or wrong (exit 2)
+  x ClusterError                 the Ray cluster of the load generator cannot be used (exit 2)
   x PowerError                   a power source cannot be set up or read
   x PolicyError                  a file breaks the publishing policy (exit 1)
   x Interrupted                  Ctrl-C: partial results were saved (exit 130)
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "ClusterError",
     "EndpointError",
     "InputError",
     "Interrupted",
@@ -68,6 +70,15 @@ class WriteError(InputError):
 
 class EndpointError(TokenwattError):
     """The server under test cannot be used (pre-flight failure)."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class ClusterError(TokenwattError):
+    """The Ray cluster of the load generator cannot be used.
+
+    Ray missing, no eligible node, clocks that cannot be trusted, an actor lost.
+    """
 
     exit_code: ClassVar[int] = 2
 

@@ -57,6 +57,7 @@ from tokenwatt.schema.run import (
     AccuracyItem,
     Environment,
     GpuInfo,
+    LoadCluster,
     MbuEvidence,
     PowerEvidence,
     ProbeRecord,
@@ -64,7 +65,14 @@ from tokenwatt.schema.run import (
     RunFile,
     RunOutcome,
 )
-from tokenwatt.schema.spec import AccuracySpec, LoadedSpec, MeasurementSpec, Spec, SweepSpec
+from tokenwatt.schema.spec import (
+    AccuracySpec,
+    LoadClusterSpec,
+    LoadedSpec,
+    MeasurementSpec,
+    Spec,
+    SweepSpec,
+)
 from tokenwatt.store import check_output, filled, load_run, save_run
 from tokenwatt.sweep import ProbePlan, Strategy, make_strategy
 
@@ -76,6 +84,7 @@ __all__ = [
     "QuickLimits",
     "check_spec_inputs",
     "effective_settings",
+    "load_cluster",
     "measure",
 ]
 
@@ -150,6 +159,8 @@ class MeasureOptions:
     resume: Path | None = None
     """An incomplete run file to continue (``--resume``); ``out`` may be the same file."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    ray_address: str | None = None
+    """``--ray``: run the load workers on this Ray cluster (replaces ``load.cluster.address``)."""
 
 
 def _spec_sha256(loaded: LoadedSpec) -> str:
@@ -274,6 +285,21 @@ class _State:
     """Earlier resumptions and this one (``--resume``)."""
     resumed_power: PowerEvidence | None = None
     """The interrupted run's power evidence, joined to this process's samples at the end."""
+    load_cluster: LoadCluster | None = None
+    """The Ray cluster the load workers ran on (``load.cluster`` or ``--ray``)."""
+
+
+def load_cluster(spec: Spec, ray_address: str | None) -> LoadClusterSpec | None:
+    """Where the load workers run: the spec's ``load.cluster``, its address replaced by ``--ray``.
+
+    ``--ray`` without ``load.cluster`` turns the cluster on with the defaults.
+    """
+    cluster = spec.load.cluster if spec.load is not None else None
+    if ray_address is None:
+        return cluster
+    if cluster is None:
+        return LoadClusterSpec(address=ray_address)
+    return cluster.model_copy(update={"address": ray_address})
 
 
 def _outcome(state: _State, sweep: Strategy) -> RunOutcome:
@@ -333,6 +359,7 @@ def _run_file(
             spec_sha256=_spec_sha256(opts.spec),
             started_utc=state.started,
             finished_utc=dt.datetime.now(dt.UTC),
+            load_cluster=state.load_cluster,
         ),
         probes=state.probes,
         outcome=state.outcome,
@@ -448,8 +475,12 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             request_timeout_s=float(eff_m.request_timeout_s),
             max_concurrency=eff_m.max_concurrency,
             metrics_url=metrics_url,
+            cluster=load_cluster(spec, opts.ray_address),
         )
+        if generator.cluster is not None:
+            progress.phase("pre-flight", f"joining the Ray cluster at {generator.cluster.address}")
         async with generator as gen:
+            state.load_cluster = gen.cluster_info
             if sim is not None:
                 state.gpus = _sim_gpus(spec)
                 state.rated = RatedBandwidth(

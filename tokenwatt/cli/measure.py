@@ -77,6 +77,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--force", action="store_true", help="replace an existing run file at --out (only a run)"
     )
     p.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="run the load workers as actors on this Ray cluster ('auto', HOST:PORT or"
+        " ray://HOST:PORT; default auto: the cluster this host joined); replaces"
+        " load.cluster.address. Needs pip install 'tokenwatt[ray]'",
+    )
+    p.add_argument(
         "--resume",
         type=Path,
         metavar="RUN",
@@ -106,6 +115,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if args.no_accuracy:
         parts.append("--no-accuracy")
+    if args.ray is not None:
+        parts += ["--ray", shlex.quote(args.ray)]
     return " ".join(parts)
 
 
@@ -369,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
         no_accuracy=args.no_accuracy,
         force=args.force,
         resume=args.resume,
+        ray_address=args.ray,
     )
     err = err_console()
     if not getattr(args, "verbose", 0):

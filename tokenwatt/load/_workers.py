@@ -37,7 +37,7 @@ from tokenwatt.load.workload import Workload
 from tokenwatt.redact import guard_handlers, guardable
 from tokenwatt.schema.spec import EngineSpec
 
-__all__ = ["WorkerInit", "WorkerPool", "worker_main"]
+__all__ = ["WorkerInit", "WorkerPool", "serve", "worker_logging", "worker_main"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,12 +110,13 @@ def worker_main(conn: Connection, init: WorkerInit) -> None:
         logger.debug("could not reduce the timer slack: pacing is coarser")
     try:
         with asyncio.Runner(loop_factory=precise_event_loop) as runner:
-            runner.run(_serve(conn, init))
+            runner.run(serve(conn, init))
     finally:
         conn.close()
 
 
-async def _serve(conn: Connection, init: WorkerInit) -> None:
+async def serve(conn: Connection, init: WorkerInit) -> None:
+    """Serve one shard's probe commands on ``conn`` until told to exit (module docstring)."""
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
 

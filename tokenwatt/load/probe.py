@@ -55,14 +55,24 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from tokenwatt.client.openai import OpenAIClient, TransportName
-from tokenwatt.load._shard import DEFAULT_SPIN_S, EarlyStopRule, ExceedTally, Shard, ShardPlan
+from tokenwatt.errors import ClusterError
+from tokenwatt.load import ray_pool
+from tokenwatt.load._shard import (
+    DEFAULT_SPIN_S,
+    EarlyStopRule,
+    ExceedTally,
+    Shard,
+    ShardPlan,
+    ShardResult,
+)
 from tokenwatt.load._workers import WorkerInit, WorkerPool
 from tokenwatt.load.engine_metrics import EngineReading, sample_engine
+from tokenwatt.load.ray_pool import RayPool
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
-from tokenwatt.schema.run import ProbePhase, ProbeRecord
-from tokenwatt.schema.spec import EngineSpec, SloSpec
+from tokenwatt.schema.run import LoadActor, LoadCluster, LoadNode, ProbePhase, ProbeRecord
+from tokenwatt.schema.spec import EngineSpec, LoadClusterSpec, SloSpec
 from tokenwatt.sweep import ProbePlan
 
 __all__ = [
@@ -137,6 +147,9 @@ class LoadGenerator:
         in_process: run the (single) shard on the caller's event loop instead of a worker
             process: no process start-up, but the caller's loop sets the timer precision
             (asyncio's default is 1 ms) and anything else it runs delays the sends.
+        cluster: run the shards as Ray actors on this cluster's nodes instead of local worker
+            processes (:mod:`tokenwatt.load.ray_pool`); ``max_workers`` then defaults to the
+            cluster's actor budget.
     """
 
     def __init__(
@@ -155,6 +168,7 @@ class LoadGenerator:
         headers: Mapping[str, str] | None = None,
         spin_s: float = DEFAULT_SPIN_S,
         in_process: bool = False,
+        cluster: LoadClusterSpec | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -179,14 +193,63 @@ class LoadGenerator:
             self.fixed_workers = 1
             self.max_workers = 1
         self._client: OpenAIClient | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: WorkerPool | RayPool | None = None
         self._mean_output: float | None = None
+        self.cluster = cluster
+        self.cluster_info: LoadCluster | None = None
+        """The Ray cluster as found when the generator opened (None without ``cluster``)."""
+        self._joined_ray = False
+        self._eligible_nodes = 1
+        self._lost_nodes: set[str] = set()
+        self._explicit_max_workers = max_workers is not None
+        if cluster is not None and in_process:
+            raise ValueError("in_process and cluster exclude each other")
 
     async def __aenter__(self) -> LoadGenerator:
         # Build one client now so a missing API key or bad URL fails before any probe.
         self._client = self._make_client()
         await self._client.__aenter__()
+        if self.cluster is not None:
+            try:
+                await self._join_cluster(self.cluster)
+            except BaseException:
+                await self.aclose()
+                raise
         return self
+
+    async def _join_cluster(self, cluster: LoadClusterSpec) -> None:
+        self._joined_ray = await asyncio.to_thread(ray_pool.connect, cluster)
+        slots, nodes = await asyncio.to_thread(self._plan_slots, 1_000_000)
+        self.cluster_info = ray_pool.cluster_record(cluster, nodes)
+        budget = len(slots)
+        self._eligible_nodes = len({s.node_id for s in slots})
+        self.max_workers = min(self.max_workers, budget) if self._explicit_max_workers else budget
+        logger.info(
+            "load generator on the Ray cluster at %s: %d node(s) eligible, up to %d actors",
+            cluster.address,
+            self._eligible_nodes,
+            budget,
+        )
+
+    async def _replan_cluster(self) -> None:
+        """The actor budget again, on the nodes still alive (after a node was lost)."""
+        try:
+            slots, _ = await asyncio.to_thread(self._plan_slots, 1_000_000)
+        except ClusterError as exc:
+            logger.warning("no node left for the load actors: %s", exc)
+            return  # the next probe's pool start says so, once
+        self._eligible_nodes = len({s.node_id for s in slots})
+        self.max_workers = min(self.max_workers, len(slots))
+
+    def _plan_slots(self, actors: int) -> tuple[list[ray_pool.Slot], list[LoadNode]]:
+        assert self.cluster is not None
+        return ray_pool.plan_slots(
+            ray_pool.alive_nodes(exclude=frozenset(self._lost_nodes)),
+            actors=actors,
+            actors_per_node=self.cluster.actors_per_node,
+            server_ips=ray_pool.server_ips(self.base_url or self.engine.endpoint),
+            server_nodes=self.cluster.server_nodes,
+        )
 
     async def __aexit__(
         self,
@@ -204,6 +267,9 @@ class LoadGenerator:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+        if self._joined_ray:
+            self._joined_ray = False
+            await asyncio.to_thread(ray_pool.disconnect)
 
     def _make_client(self) -> OpenAIClient:
         return OpenAIClient(
@@ -232,12 +298,16 @@ class LoadGenerator:
     def workers_for(self, rate_rps: float) -> int:
         """Workers the next probe at ``rate_rps`` would use."""
         if self.fixed_workers is not None:
+            if self.cluster is not None:
+                return min(self.fixed_workers, self.max_workers, self.max_concurrency)
             return min(self.fixed_workers, self.max_concurrency)
         planned = plan_workers(
             rate_rps=rate_rps * self.workload.mean_turns,  # requests per second
             mean_output_tokens=self._expected_output_tokens(),
             max_workers=self.max_workers,
         )
+        if self.cluster is not None:  # one actor or more on every eligible node
+            planned = min(self.max_workers, max(planned, self._eligible_nodes))
         return min(planned, self.max_concurrency)
 
     def window_requests(
@@ -255,14 +325,14 @@ class LoadGenerator:
                 count += 1
         return count
 
-    async def _ensure_pool(self, workers: int) -> WorkerPool | None:
+    async def _ensure_pool(self, workers: int) -> WorkerPool | RayPool | None:
         if self.in_process:
             return None
         if self._pool is not None and len(self._pool) == workers:
             return self._pool
         if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+            old, self._pool = self._pool, None
+            await old.close()
         inits = [
             WorkerInit(
                 engine=self.engine,
@@ -277,7 +347,12 @@ class LoadGenerator:
             )
             for _ in range(workers)
         ]
-        pool = WorkerPool(inits)
+        pool: WorkerPool | RayPool
+        if self.cluster is not None:
+            slots, _ = await asyncio.to_thread(self._plan_slots, workers)
+            pool = RayPool(inits[: len(slots)], slots, self.cluster)
+        else:
+            pool = WorkerPool(inits)
         try:
             await pool.start()
         except BaseException:
@@ -377,6 +452,8 @@ class LoadGenerator:
     ) -> ProbeRecord:
         rule: EarlyStopRule | None = None
         tally: ExceedTally | None = None
+        lost_reasons: list[str] = []
+        load_actors: list[LoadActor] | None = None
         planned = 0
         sessions = self.workload.sessions is not None
         if sessions and (early_stop or certify_pass):
@@ -402,8 +479,11 @@ class LoadGenerator:
                     stop_on_pass=certify_pass,
                 )
         pool = await self._ensure_pool(workers)
+        if pool is not None:
+            workers = len(pool)  # a cluster short of nodes may grant fewer actors
+        lead_s = pool.start_lead_s if isinstance(pool, RayPool) else _START_LEAD_S
         started = dt.datetime.now(dt.UTC)
-        t0_ns = time.monotonic_ns() + int(_START_LEAD_S * _NS)
+        t0_ns = time.monotonic_ns() + int(lead_s * _NS)
         window_start_ns = t0_ns + round(warmup_s * _NS)
         window_end_ns = window_start_ns + round(window_s * _NS)
         readings: list[EngineReading] = []
@@ -451,6 +531,21 @@ class LoadGenerator:
                 results = [await shard.run(plans[0], on_window_done=shard.stop, on_exceed=exceed)]
             else:
                 results = await pool.run(plans, tally=tally)
+            if isinstance(pool, RayPool):
+                load_actors = pool.actors(results)
+        except ray_pool.ActorLost as lost:
+            # Client side: the survivors' requests are kept, the probe is client-bound and
+            # names the node; the next probe gets a pool on the nodes still alive.
+            assert isinstance(pool, RayPool)
+            logger.warning("probe %d: %s", index, lost)
+            lost_reasons = [str(lost)]
+            results = [lost.survivors.get(w, ShardResult()) for w in range(len(plans))]
+            load_actors = pool.actors(results, lost=lost.lost)
+            if self._pool is pool:
+                self._pool = None
+            await pool.close()
+            self._lost_nodes.update(a.node_id for a in load_actors if a.lost)
+            await self._replan_cluster()
         except BaseException:
             if sampler is not None:
                 sampler.cancel()
@@ -489,6 +584,8 @@ class LoadGenerator:
             scheduled=scheduled,
             mean_turns=self.workload.mean_turns,
             keep_requests=keep_requests,
+            lost_reasons=lost_reasons,
+            load_actors=load_actors,
             stop=(
                 StopNote(
                     stopped_ns=tally.stopped_ns,

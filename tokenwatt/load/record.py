@@ -27,6 +27,7 @@ from tokenwatt.schema.run import (
     EarlyStop,
     EngineTelemetry,
     LatencyStats,
+    LoadActor,
     ProbeAudits,
     ProbePhase,
     ProbeRecord,
@@ -115,6 +116,8 @@ def build_probe_record(
     scrape_errors: int = 0,
     scheduled: int | None = None,
     mean_turns: float = 1.0,
+    lost_reasons: Sequence[str] = (),
+    load_actors: Sequence[LoadActor] | None = None,
 ) -> ProbeRecord:
     """Compute a probe's record from what its shards measured (pure).
 
@@ -139,6 +142,9 @@ def build_probe_record(
         scrape_errors: scrapes of the engine's page that failed.
         scheduled: window requests the arrival schedule held (the conservation audit).
         mean_turns: sessions: the workload's mean turns per session, for the record.
+        lost_reasons: why the probe is client-side failed beyond what its requests show (a
+            load actor or node lost mid-probe, :mod:`tokenwatt.load.ray_pool`).
+        load_actors: Ray: where each shard ran, with its clock audit.
     """
     window_start_ns = t0_ns + round(warmup_s * _NS)
     window_end_ns = window_start_ns + round(window_s * _NS)
@@ -184,7 +190,7 @@ def build_probe_record(
         max_concurrency=max_concurrency,
         client_errors=client_errors,
         harness_errors=sum(s.harness_errors for s in shards),
-    )
+    ) + list(lost_reasons)
     ttft = metrics.table_latency_stats(table, "ttft_ms")
     ttfat = metrics.table_latency_stats(table, "ttfat_ms") if table.ttfat_ms is not None else None
     tpot = metrics.table_latency_stats(table, "tpot_ms")
@@ -248,6 +254,7 @@ def build_probe_record(
         slot_wait_s=slot_wait_s,
         client_bound=client_bound,
         client_bound_reasons=reasons,
+        load_actors=list(load_actors) if load_actors is not None else None,
         ttft_ms=ttft,
         ttfat_ms=ttfat,
         tpot_ms=tpot,

@@ -33,6 +33,9 @@ __all__ = [
     "GpuInfo",
     "LatencyStats",
     "LittlesLawAudit",
+    "LoadActor",
+    "LoadCluster",
+    "LoadNode",
     "MbuEvidence",
     "PowerEvidence",
     "PowerGap",
@@ -330,6 +333,49 @@ class ProbeAudits(StrictModel):
     tokens: TokenAudit | None = None
 
 
+class LoadActor(StrictModel):
+    """One load actor of a probe on a Ray cluster: where its shard ran, and its clock audit."""
+
+    shard: Annotated[int, Field(ge=0)] = Field(description="Shard i of the probe's W")
+    node_id: str = Field(description="Ray node id")
+    node_ip: str
+    hostname: str
+    pid: Annotated[int, Field(ge=0)]
+    same_clock: bool = Field(
+        description="On the coordinator's host (same boot): one monotonic clock, offset exactly 0"
+    )
+    clock_offset_ns: int = Field(
+        description="The actor's monotonic clock minus the coordinator's at the probe's start, ns"
+    )
+    clock_uncertainty_ns: Annotated[int, Field(ge=0)] = Field(
+        description="How far the offset may be off: half the shortest of the round trips, ns"
+        " (0 with one clock)"
+    )
+    round_trips: Annotated[int, Field(ge=0)] = Field(description="Round trips timed")
+    window_requests: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Window requests this actor sent"
+    )
+    lost: bool = Field(default=False, description="The actor or its node was lost mid-probe")
+
+
+class LoadNode(StrictModel):
+    """A node of the Ray cluster the load generator ran on."""
+
+    node_id: str
+    node_ip: str
+    cpus: NonNegFloat
+    used: bool = Field(description="Load actors were placed on it")
+    why_not: str | None = Field(default=None, description="Why no actor was placed on it")
+
+
+class LoadCluster(StrictModel):
+    """The Ray cluster the load generator ran on (``load.cluster``)."""
+
+    address: str = Field(description="As given (load.cluster.address or --ray)")
+    ray_version: str
+    nodes: list[LoadNode] = Field(default_factory=list, description="Alive when the run began")
+
+
 class ProbeRecord(StrictModel):
     """One probe: warm-up, measurement window and drain at one arrival rate."""
 
@@ -453,6 +499,11 @@ class ProbeRecord(StrictModel):
         default=None,
         description="Wall time of the probe (warm-up, window, drain), s; null in older files",
     )
+    load_actors: list[LoadActor] | None = Field(
+        default=None,
+        description="Ray: where each shard ran and its clock audit; null = worker processes on"
+        " the coordinator's host",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ProbeRecord:
@@ -535,6 +586,9 @@ class Environment(StrictModel):
     spec_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     started_utc: datetime
     finished_utc: datetime | None = None
+    load_cluster: LoadCluster | None = Field(
+        default=None, description="The Ray cluster of the load generator; null = this host"
+    )
 
 
 class PowerSample(StrictModel):

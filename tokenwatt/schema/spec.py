@@ -35,6 +35,8 @@ __all__ = [
     "FixedTokens",
     "GeometryOverrides",
     "HardwareSpec",
+    "LoadClusterSpec",
+    "LoadSpec",
     "LoadedSpec",
     "LognormalTokens",
     "MeasurementSpec",
@@ -745,6 +747,39 @@ class PowerSpec(StrictInputModel):
         return self
 
 
+class LoadClusterSpec(StrictInputModel):
+    """The load generator on a Ray cluster (``load.cluster``; README, "More than one host")."""
+
+    address: str = Field(
+        default="auto",
+        min_length=1,
+        description="Ray cluster address as ray.init takes it: 'auto' (the cluster this host"
+        " joined with `ray start`), 'HOST:PORT' of its head, or 'ray://HOST:PORT'",
+    )
+    actors_per_node: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+        default=None,
+        description="Most load actors on one node; null = the node's CPUs",
+    )
+    server_nodes: bool = Field(
+        default=False,
+        description="Place load actors on nodes that run the server under test too (by"
+        " default they are left out: load and server would share CPUs)",
+    )
+    max_clock_uncertainty_ms: Annotated[Num, Field(gt=0, le=1000)] = Field(
+        default=1.0,
+        description="A probe is refused when an actor's clock offset is known less precisely"
+        " than this, ms",
+    )
+
+
+class LoadSpec(StrictInputModel):
+    """Where the load generator runs."""
+
+    cluster: LoadClusterSpec | None = Field(
+        default=None, description="Ray cluster for the load workers; null = processes on this host"
+    )
+
+
 class Spec(StrictInputModel):
     """A whole spec file: one configuration to measure."""
 
@@ -762,6 +797,9 @@ class Spec(StrictInputModel):
     sweep: SweepSpec = Field(default_factory=SweepSpec, description="Rate search")
     accuracy: AccuracySpec | None = Field(default=None, description="Accuracy gate; null = none")
     power: PowerSpec = Field(default_factory=PowerSpec, description="Power source")
+    load: LoadSpec | None = Field(
+        default=None, description="Where the load generator runs; null = this host"
+    )
     not_covered: list[str] = Field(
         default_factory=list, description="What this measurement does not cover, for the page"
     )
