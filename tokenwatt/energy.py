@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tokenwatt.schema.result import PowerTracePoint, PowerTraceSummary
+from tokenwatt.schema.result import PowerNodeSummary, PowerTracePoint, PowerTraceSummary
 from tokenwatt.schema.run import (
     NodePowerEvidence,
     PowerEvidence,
@@ -74,6 +74,7 @@ __all__ = [
     "mean_power_w",
     "methodology_markdown",
     "node_evidence",
+    "power_node_summaries",
     "power_trace_summary",
     "samples_in_windows",
     "throttle_counts",
@@ -617,3 +618,38 @@ def power_trace_summary(
         max_gap_fraction=evidence.max_gap_fraction,
         points=points,
     )
+
+
+def power_node_summaries(
+    evidence: PowerEvidence, figures: WindowFigures, windows: Sequence[Window]
+) -> list[PowerNodeSummary] | None:
+    """Each node's figures over the confirmed windows, for the page; None for one source.
+
+    Args:
+        evidence: the run's power evidence.
+        figures: :func:`window_figures` of that evidence over ``windows``.
+        windows: the confirmed windows.
+    """
+    if evidence.nodes is None:
+        return None
+    wins = _check_windows(windows)
+    by_name = dict(figures.nodes)
+    summaries: list[PowerNodeSummary] = []
+    for node in evidence.nodes:
+        node_figures = by_name[node.name]
+        summaries.append(
+            PowerNodeSummary(
+                name=node.name,
+                source=node.source,
+                description=node.description,
+                node_power_kw=node_figures.node_power_kw,
+                energy_j=node_figures.energy_j,
+                energy_method=node_figures.energy_method,
+                samples=node_figures.samples_in_windows,
+                gaps=sum(
+                    1 for g in node.gaps if any(g.start_ns < e and g.end_ns > s for s, e in wins)
+                ),
+                max_gap_fraction=node_figures.max_gap_fraction,
+            )
+        )
+    return summaries

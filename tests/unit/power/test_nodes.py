@@ -176,6 +176,11 @@ def test_applied_figures_fill_each_node():
     assert a.energy_method == "integral"
     assert b.energy_j == pytest.approx(4550.0)
     assert b.max_gap_fraction == pytest.approx(0.25)
+    summaries = energy.power_node_summaries(
+        evidence, energy.window_figures(evidence, [(0, 10 * S)], output_tokens=1), [(0, 10 * S)]
+    )
+    assert summaries is not None
+    assert [(n.name, n.samples, n.gaps) for n in summaries] == [("a", 10, 0), ("b", 8, 1)]
 
 
 # -- the sampler --------------------------------------------------------------------------------
