@@ -30,6 +30,14 @@ window is ``[start_ns, end_ns)`` on the load generator's monotonic clock.
 
 A counter reading that does not advance while power is drawn, or windows not bracketed by
 counter readings, fall back to the integral (said in ``notes``).
+
+**A server spanning nodes** (``power.nodes``; section "Power from several nodes"): the readings
+above are the total readings, the sum over the nodes at each tick on which every node read, and
+the gaps are every node's gaps. ``node_power_kw``, ``throttle_counts``, ``max_gap_fraction`` and
+``max_gap_s`` are computed from them as for one source; ``energy_j`` is the sum of the nodes'
+energies, each node's computed from its own readings by the rules above (its method named when
+all nodes share one), and unknown if any node's is. Each node's mean power and energy over the
+windows are kept beside the sum.
 """
 
 from __future__ import annotations
@@ -40,8 +48,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tokenwatt.schema.result import PowerTracePoint, PowerTraceSummary
-from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample, ProbeRecord
+from tokenwatt.schema.result import PowerNodeSummary, PowerTracePoint, PowerTraceSummary
+from tokenwatt.schema.run import (
+    NodePowerEvidence,
+    PowerEvidence,
+    PowerGap,
+    PowerSample,
+    ProbeRecord,
+)
 
 __all__ = [
     "GAP_FLAG_FRACTION",
@@ -59,6 +73,8 @@ __all__ = [
     "max_gap_s",
     "mean_power_w",
     "methodology_markdown",
+    "node_evidence",
+    "power_node_summaries",
     "power_trace_summary",
     "samples_in_windows",
     "throttle_counts",
@@ -86,7 +102,7 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
     (
         "node_power_kw",
         "Mean of the source's readings inside the confirmed windows (board: sum over the GPUs in"
-        " use; BMC: whole node), in kW.",
+        " use; BMC: whole node; a server spanning nodes: the sum over its nodes), in kW.",
     ),
     (
         "energy_j (counter)",
@@ -138,6 +154,8 @@ class WindowFigures:
     """Longest stretch of a confirmed window without a reading, s."""
     gpu_counts: tuple[int, ...] = ()
     """The distinct numbers of GPUs the readings inside the windows cover (board sources)."""
+    nodes: tuple[tuple[str, WindowFigures], ...] = ()
+    """Each node's own figures, by name, where the server spans nodes (the above are the sum)."""
 
 
 def confirmed_windows(probes: Sequence[ProbeRecord]) -> tuple[list[Window], int]:
@@ -360,34 +378,13 @@ def max_gap_s(samples: Sequence[PowerSample], windows: Sequence[Window]) -> floa
     return longest
 
 
-def window_figures(
-    evidence: PowerEvidence, windows: Sequence[Window], *, output_tokens: int
-) -> WindowFigures:
-    """Every power figure over the confirmed windows.
-
-    Args:
-        evidence: what the sampler recorded for the whole run.
-        windows: the confirmed measurement windows, ``(start_ns, end_ns)``.
-        output_tokens: output tokens of the successful window requests, over all the windows.
-
-    Raises:
-        ValueError: a window ends before it starts, or windows overlap.
-    """
-    wins = _check_windows(windows)
-    if evidence.source == "none" or evidence.scope == "none":
-        return WindowFigures(None, None, None, None, {}, None, (), 0, ("power not measured",))
-    samples = sorted(evidence.samples, key=lambda s: s.t_ns)
-    notes: list[str] = []
-    fractions = tuple(
-        gap_fraction(samples, evidence.gaps, w, sampling_hz=float(evidence.sampling_hz))
-        for w in windows
-    )
-    inside = samples_in_windows(samples, wins)
-    mean_w = math.fsum(s.watts for s in inside) / len(inside) if inside else None
-    counts = throttle_counts(samples, wins, monitored=evidence.throttle_monitored)
-
+def _energy(
+    samples: Sequence[PowerSample], wins: Sequence[Window], mean_w: float | None
+) -> tuple[float | None, EnergyMethod | None, list[str]]:
+    """Energy over the windows, its method and what to note: the counter, else the integral."""
     energy: float | None = None
     method: EnergyMethod | None = None
+    notes: list[str] = []
     has_counter = any(s.energy_j is not None for s in samples)
     if has_counter and wins:
         anchors, resets = _counter_anchors(samples)
@@ -421,6 +418,87 @@ def window_figures(
         else:
             energy = None
             notes.append("a confirmed window holds no power reading: energy not computed")
+    return energy, method, notes
+
+
+def _sum_of_nodes(
+    nodes: Sequence[tuple[str, WindowFigures]],
+) -> tuple[float | None, EnergyMethod | None, list[str]]:
+    """The sum of the nodes' energies, the method they share (None if not one) and the notes."""
+    notes = [f"{name}: {note}" for name, figures in nodes for note in figures.notes]
+    unknown = [name for name, figures in nodes if figures.energy_j is None]
+    if unknown:
+        notes.append(f"energy of {', '.join(unknown)} unknown: the sum's energy not computed")
+        return None, None, notes
+    methods = {figures.energy_method for _, figures in nodes}
+    if len(methods) > 1:
+        notes.append(
+            "energy is the sum of the nodes' energies, by different methods ("
+            + ", ".join(f"{name}: {figures.energy_method}" for name, figures in nodes)
+            + ")"
+        )
+    energy = math.fsum(figures.energy_j for _, figures in nodes if figures.energy_j is not None)
+    return energy, methods.pop() if len(methods) == 1 else None, notes
+
+
+def node_evidence(node: NodePowerEvidence, *, sampling_hz: float) -> PowerEvidence:
+    """One node's readings as the evidence of a single source, for the figures of that node."""
+    return PowerEvidence(
+        source=node.source,
+        description=node.description,
+        scope=node.scope,
+        sampling_hz=sampling_hz,
+        samples=node.samples,
+        gaps=node.gaps,
+        power_limit_w=node.power_limit_w,
+        throttle_monitored=node.throttle_monitored,
+    )
+
+
+def window_figures(
+    evidence: PowerEvidence, windows: Sequence[Window], *, output_tokens: int
+) -> WindowFigures:
+    """Every power figure over the confirmed windows.
+
+    Args:
+        evidence: what the sampler recorded for the whole run.
+        windows: the confirmed measurement windows, ``(start_ns, end_ns)``.
+        output_tokens: output tokens of the successful window requests, over all the windows.
+
+    Raises:
+        ValueError: a window ends before it starts, or windows overlap.
+    """
+    wins = _check_windows(windows)
+    if evidence.source == "none" or evidence.scope == "none":
+        return WindowFigures(None, None, None, None, {}, None, (), 0, ("power not measured",))
+    samples = sorted(evidence.samples, key=lambda s: s.t_ns)
+    notes: list[str] = []
+    fractions = tuple(
+        gap_fraction(samples, evidence.gaps, w, sampling_hz=float(evidence.sampling_hz))
+        for w in windows
+    )
+    inside = samples_in_windows(samples, wins)
+    mean_w = math.fsum(s.watts for s in inside) / len(inside) if inside else None
+    counts = throttle_counts(samples, wins, monitored=evidence.throttle_monitored)
+
+    node_figures = tuple(
+        (
+            node.name,
+            window_figures(
+                node_evidence(node, sampling_hz=float(evidence.sampling_hz)),
+                windows,
+                output_tokens=output_tokens,
+            ),
+        )
+        for node in evidence.nodes or ()
+    )
+    if not node_figures:
+        energy, method, energy_notes = _energy(samples, wins, mean_w)
+    elif wins:
+        energy, method, energy_notes = _sum_of_nodes(node_figures)
+    else:
+        energy, method, energy_notes = None, None, []
+    notes += energy_notes
     if any(g.start_ns < end and g.end_ns > start for g in evidence.gaps for start, end in wins):
         notes.append("power readings have gaps inside the confirmed windows (bridged linearly)")
     tpj = output_tokens / energy if energy is not None and energy > 0 else None
@@ -436,6 +514,7 @@ def window_figures(
         notes=tuple(notes),
         max_gap_s=max_gap_s(samples, wins) if wins else None,
         gpu_counts=tuple(sorted({len(s.gpu_watts) for s in inside if s.gpu_watts is not None})),
+        nodes=node_figures,
     )
 
 
@@ -445,11 +524,29 @@ def apply_window_figures(
     """A copy of ``evidence`` with the window figures filled in.
 
     Sets node_power_kw, energy_j, energy_method, tokens_per_joule, throttle_counts,
-    max_gap_fraction and notes from :func:`window_figures` (same arguments).
+    max_gap_fraction and notes from :func:`window_figures` (same arguments), and each node's
+    node_power_kw, energy_j, energy_method and max_gap_fraction where the server spans nodes.
     """
     figures = window_figures(evidence, windows, output_tokens=output_tokens)
+    by_name = dict(figures.nodes)
+    nodes = (
+        [
+            node.model_copy(
+                update={
+                    "node_power_kw": by_name[node.name].node_power_kw,
+                    "energy_j": by_name[node.name].energy_j,
+                    "energy_method": by_name[node.name].energy_method,
+                    "max_gap_fraction": by_name[node.name].max_gap_fraction,
+                }
+            )
+            for node in evidence.nodes
+        ]
+        if evidence.nodes is not None
+        else None
+    )
     return evidence.model_copy(
         update={
+            "nodes": nodes,
             "node_power_kw": figures.node_power_kw,
             "energy_j": figures.energy_j,
             "energy_method": figures.energy_method,
@@ -521,3 +618,38 @@ def power_trace_summary(
         max_gap_fraction=evidence.max_gap_fraction,
         points=points,
     )
+
+
+def power_node_summaries(
+    evidence: PowerEvidence, figures: WindowFigures, windows: Sequence[Window]
+) -> list[PowerNodeSummary] | None:
+    """Each node's figures over the confirmed windows, for the page; None for one source.
+
+    Args:
+        evidence: the run's power evidence.
+        figures: :func:`window_figures` of that evidence over ``windows``.
+        windows: the confirmed windows.
+    """
+    if evidence.nodes is None:
+        return None
+    wins = _check_windows(windows)
+    by_name = dict(figures.nodes)
+    summaries: list[PowerNodeSummary] = []
+    for node in evidence.nodes:
+        node_figures = by_name[node.name]
+        summaries.append(
+            PowerNodeSummary(
+                name=node.name,
+                source=node.source,
+                description=node.description,
+                node_power_kw=node_figures.node_power_kw,
+                energy_j=node_figures.energy_j,
+                energy_method=node_figures.energy_method,
+                samples=node_figures.samples_in_windows,
+                gaps=sum(
+                    1 for g in node.gaps if any(g.start_ns < e and g.end_ns > s for s, e in wins)
+                ),
+                max_gap_fraction=node_figures.max_gap_fraction,
+            )
+        )
+    return summaries

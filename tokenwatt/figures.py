@@ -49,6 +49,7 @@ from tokenwatt.schema.limits import max_output_tokens
 from tokenwatt.schema.result import (
     ConfigAudits,
     ConfigTelemetry,
+    PowerNodeSummary,
     PowerTraceSummary,
     PowerValidity,
     ResultFile,
@@ -167,6 +168,8 @@ class ConfigFigures:
     telemetry: ConfigTelemetry | None = None
     audits: ConfigAudits | None = None
     power_validity: PowerValidity | None = None
+    power_nodes: list[PowerNodeSummary] | None = None
+    """Each node's figures, where the server spans nodes (``power`` is then their sum)."""
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -363,6 +366,16 @@ def _power(path: str, run: RunFile, accepted: Sequence[ProbeRecord]) -> energy.W
                 f"{path}: power.{name} is {value}, but the run's power samples over the"
                 f" confirmed windows give {getattr(figures, name)}; the run file is inconsistent"
             )
+    by_name = dict(figures.nodes)
+    for i, node in enumerate(evidence.nodes or ()):
+        for name in ("node_power_kw", "energy_j"):
+            value, recomputed = getattr(node, name), getattr(by_name[node.name], name)
+            if not _close(value, recomputed):
+                raise ResultError(
+                    f"{path}: power.nodes[{i}].{name} ({node.name}) is {value}, but that node's"
+                    f" samples over the confirmed windows give {recomputed}; the run file is"
+                    " inconsistent"
+                )
     return figures
 
 
@@ -438,11 +451,14 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
     accepted = accepted_probes(run)
     power = _power(path, run, accepted)
     trace: PowerTraceSummary | None = None
+    nodes: list[PowerNodeSummary] | None = None
     if run.power is not None and run.power.source != "none":
         windows, _ = energy.confirmed_windows(accepted)
         trace = energy.power_trace_summary(
             run.power, windows=windows or None, max_points=_POWER_TRACE_POINTS
         )
+        if power is not None:
+            nodes = energy.power_node_summaries(run.power, power, windows)
     return ConfigFigures(
         outcome=figures,
         capacity=capacity,
@@ -454,4 +470,5 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
         telemetry=telemetry_at_confirmed(accepted),
         audits=audit_summary(run, accepted),
         power_validity=power_validity(run, power),
+        power_nodes=nodes,
     )

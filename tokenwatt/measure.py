@@ -47,8 +47,7 @@ from tokenwatt.load.open_files import ensure_open_files
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
-from tokenwatt.power import sampler_for_spec
-from tokenwatt.power.sampler import PowerSampler
+from tokenwatt.power import Sampler, sampler_for_spec
 from tokenwatt.resume import ResumeCheck, check_resumable, merge_power, probe_seconds, replay
 from tokenwatt.schema.base import Role
 from tokenwatt.schema.engine import EngineConfig
@@ -443,7 +442,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     if previous is not None:
         state.started = previous.environment.started_utc
     sim = None
-    sampler: PowerSampler | None = None
+    sampler: Sampler | None = None
     sweep = make_strategy(eff_s, eff_m, spec.slo)
     started_load = False
     try:
@@ -624,7 +623,7 @@ def _replay(
     )
 
 
-def _figures(state: _State, sweep: Strategy, sampler: PowerSampler | None, spec: Spec) -> None:
+def _figures(state: _State, sweep: Strategy, sampler: Sampler | None, spec: Spec) -> None:
     """Outcome, power/energy and MBU from what was measured (stops the sampler)."""
     state.outcome = _outcome(state, sweep)
     confirm = [state.probes[i] for i in state.outcome.confirm_probes]
@@ -649,7 +648,7 @@ def _finish_partial(
     opts: MeasureOptions,
     state: _State,
     sweep: Strategy,
-    sampler: PowerSampler | None,
+    sampler: Sampler | None,
     spec: Spec,
     effective: MeasurementSpec,
     reason: str,

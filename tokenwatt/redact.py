@@ -1,8 +1,8 @@
 """Keeping secrets out of files and logs: which values count as secrets, and redacting them.
 
 A spec names its secrets by environment variable (``engine.api_key_env``,
-``power.password_env``); their values must never reach a run file, a result, a page or a log
-line. Two mechanisms:
+``power.password_env``, each node's in ``power.nodes``); their values must never reach a run
+file, a result, a page or a log line. Two mechanisms:
 
 - :func:`redact_data` replaces the value of such a secret inside every string of a JSON
   document about to be written (the file is still written: a whole run is never lost because a
@@ -80,7 +80,7 @@ def spec_secrets(spec: Spec | None, env: Mapping[str, str]) -> list[Secret]:
     if spec is None:
         return []
     found: list[Secret] = []
-    for name in (spec.engine.api_key_env, spec.power.password_env):
+    for name in (spec.engine.api_key_env, *spec.power.password_envs):
         value = env.get(name, "") if name else ""
         if name and guardable(value):
             found.append((name, value))

@@ -35,6 +35,7 @@ from tokenwatt.schema.result import (
     ConfigResult,
     Fleet,
     MultipleComparison,
+    PowerNodeSummary,
     ProbePoint,
     ResultAccuracy,
     ResultFile,
@@ -128,6 +129,23 @@ def comparability(runs: Sequence[LoadedRun]) -> list[str]:
 def _round(value: float | None, digits: int) -> float | None:
     """Figures are written to the precision a page shows; the run file keeps them all."""
     return None if value is None else round(value, digits)
+
+
+def _power_nodes(nodes: list[PowerNodeSummary] | None) -> dict[str, list[PowerNodeSummary]]:
+    """A config's ``power_nodes``, to the precision of its own figures; {} for one source."""
+    if nodes is None:
+        return {}
+    rounded = [
+        n.model_copy(
+            update={
+                "node_power_kw": _round(n.node_power_kw, 3),
+                "energy_j": _round(n.energy_j, 1),
+                "max_gap_fraction": _round(n.max_gap_fraction, 4),
+            }
+        )
+        for n in nodes
+    ]
+    return {"power_nodes": rounded}
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -296,6 +314,8 @@ def _config(
         spec_path=run.spec_path,
         spec_sha256=run.environment.spec_sha256,
         spec=filled(run.spec),
+        # Only where there are nodes: a result of one source is written as it always was.
+        **_power_nodes(figures.power_nodes),
     )
 
 
@@ -444,6 +464,7 @@ def _not_covered(
             add(note)
     any_run = [r.run for r in runs]
     sources = {r.power.source if r.power is not None else "none" for r in any_run}
+    sources |= {n.source for r in any_run if r.power is not None for n in r.power.nodes or ()}
     if "none" in sources:
         add("Power not measured (power source 'none')")
     if "board" in sources and not any(n.startswith("Whole-node power") for n in notes):
@@ -684,7 +705,7 @@ def build_result(
     power = ref.power
     power_block = ResultPower(
         source=power.description if power is not None else "power not measured",
-        kind=ref.spec.power.source,
+        kind=ref.spec.power.kind,
         sampling_hz=ref.spec.power.sampling_hz,
         window=f"{ref.effective.window_s:g} s steady state",
     )

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenwatt.errors import RunFileError
-from tokenwatt.schema.run import PowerEvidence, PowerGap, ProbeRecord, RunFile
+from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample, ProbeRecord, RunFile
 from tokenwatt.schema.spec import MeasurementSpec, Spec
 from tokenwatt.sweep import ProbePlan, Strategy
 
@@ -190,16 +190,39 @@ def replay(sweep: Strategy, probes: list[ProbeRecord], path: Path) -> float:
     return saved
 
 
+def _joined(
+    old: tuple[Sequence[PowerSample], Sequence[PowerGap]],
+    new: tuple[Sequence[PowerSample], Sequence[PowerGap]],
+) -> dict[str, list[PowerSample] | list[PowerGap]]:
+    """Old samples and gaps in front of the new ones, the stretch between them a gap."""
+    (old_samples, old_gaps), (new_samples, new_gaps) = old, new
+    gaps = list(old_gaps)
+    if old_samples and new_samples:
+        gaps.append(
+            PowerGap(start_ns=old_samples[-1].t_ns, end_ns=new_samples[0].t_ns, cause=_GAP_CAUSE)
+        )
+    return {"samples": [*old_samples, *new_samples], "gaps": [*gaps, *new_gaps]}
+
+
 def merge_power(old: PowerEvidence | None, new: PowerEvidence) -> PowerEvidence:
     """The new process's power evidence with the interrupted run's samples in front of it.
 
     Both processes read the same monotonic clock (one host, one boot), so the samples join on
-    one time axis, with a gap between the last old and the first new sample. Samples that do not
-    come before the new ones (another boot, another source) are dropped, with a note.
+    one time axis, with a gap between the last old and the first new sample (on the total and on
+    each node of a server spanning nodes). Samples that do not come before the new ones (another
+    boot, another source or other nodes) are dropped, with a note.
     """
-    if old is None or not old.samples:
+    old_nodes, new_nodes = (old.nodes or []) if old else [], new.nodes or []
+    if old is None or not (old.samples or any(n.samples for n in old_nodes)):
         return new
-    if old.source != new.source or (new.samples and old.samples[-1].t_ns >= new.samples[0].t_ns):
+    traces = [(old.samples, new.samples)] + [
+        (o.samples, n.samples) for o, n in zip(old_nodes, new_nodes, strict=False)
+    ]
+    if (
+        old.source != new.source
+        or [n.name for n in old_nodes] != [n.name for n in new_nodes]
+        or any(a and b and a[-1].t_ns >= b[0].t_ns for a, b in traces)
+    ):
         logger.warning("resume: power samples of the interrupted run dropped (clock or source)")
         return new.model_copy(
             update={
@@ -210,11 +233,13 @@ def merge_power(old: PowerEvidence | None, new: PowerEvidence) -> PowerEvidence:
                 ]
             }
         )
-    gaps = list(old.gaps)
-    if new.samples:
-        gaps.append(
-            PowerGap(start_ns=old.samples[-1].t_ns, end_ns=new.samples[0].t_ns, cause=_GAP_CAUSE)
-        )
+    nodes = [
+        n.model_copy(update=_joined((o.samples, o.gaps), (n.samples, n.gaps)))
+        for o, n in zip(old_nodes, new_nodes, strict=True)
+    ]
     return new.model_copy(
-        update={"samples": [*old.samples, *new.samples], "gaps": [*gaps, *new.gaps]}
+        update={
+            **_joined((old.samples, old.gaps), (new.samples, new.gaps)),
+            "nodes": nodes if new.nodes is not None else None,
+        }
     )

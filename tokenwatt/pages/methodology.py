@@ -34,6 +34,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Figures of a configuration", "tokenwatt.figures"),
     ("Memory-bandwidth utilisation (MBU)", "tokenwatt.mbu"),
     ("Power and energy", "tokenwatt.energy"),
+    ("Power from several nodes", "tokenwatt.power.nodes"),
     ("Accuracy gate", "tokenwatt.accuracy"),
     ("Verdict", "tokenwatt.compare"),
     ("Several candidates", "tokenwatt.multiplicity"),

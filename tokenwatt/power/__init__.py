@@ -4,7 +4,8 @@
 (``board``, ``redfish``, ``ipmi``, ``command``, ``prometheus`` or ``none``);
 ``PowerSampler(source, sampling_hz=spec.power.sampling_hz)`` reads it in its own thread and
 returns the raw :class:`~tokenwatt.schema.run.PowerEvidence`; :mod:`tokenwatt.energy` turns that
-into the figures over the confirmed windows.
+into the figures over the confirmed windows. A server spanning nodes (``power.nodes``) gets a
+:class:`~tokenwatt.power.nodes.NodesSampler`: one sampler per node, their readings summed.
 """
 
 from tokenwatt.power.base import (
@@ -20,6 +21,7 @@ from tokenwatt.power.base import (
 from tokenwatt.power.board import CLOCK_EVENT_REASONS, BoardSource, reason_names
 from tokenwatt.power.command import CommandSource
 from tokenwatt.power.ipmi import IpmiSource
+from tokenwatt.power.nodes import NodesSampler, Sampler
 from tokenwatt.power.none import NoneSource
 from tokenwatt.power.prometheus import PrometheusSource
 from tokenwatt.power.redfish import RedfishSource
@@ -34,6 +36,7 @@ __all__ = [
     "BuildContext",
     "CommandSource",
     "IpmiSource",
+    "NodesSampler",
     "NoneSource",
     "PowerSampler",
     "PowerScope",
@@ -42,6 +45,7 @@ __all__ = [
     "Reading",
     "RedfishSource",
     "ReplaySource",
+    "Sampler",
     "build_source",
     "reason_names",
     "register_source",

@@ -22,7 +22,7 @@ from typing import Literal, Self, TypeVar, get_args
 
 from tokenwatt.errors import PowerError
 from tokenwatt.schema.base import PowerSourceName
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = [
     "POWER_NOT_MEASURED",
@@ -93,7 +93,7 @@ class PowerSource(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> PowerSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> PowerSource:
         """Build the source from the spec's ``power`` section.
 
         Raises:
@@ -160,7 +160,7 @@ def _load_builtin_sources() -> None:
 
 
 def build_source(
-    spec: PowerSpec,
+    spec: PowerSourceSpec,
     *,
     gpu_indices: Sequence[int] | None = None,
     default_metrics_url: str | None = None,
@@ -169,7 +169,7 @@ def build_source(
     """The power source the spec's ``power`` section names, not yet opened.
 
     Args:
-        spec: the spec's ``power`` section.
+        spec: the spec's ``power`` section, or one of its ``nodes``.
         gpu_indices: GPUs in use (``spec.hardware.gpus``); None = all visible.
         default_metrics_url: for ``prometheus`` without ``url``: the simulator's ``/metrics``.
         env: where secrets are read from (the variable named by ``password_env``); default
@@ -191,7 +191,7 @@ def build_source(
     return cls.from_spec(spec, context)
 
 
-def secret_from_env(spec: PowerSpec, env: Mapping[str, str]) -> str | None:
+def secret_from_env(spec: PowerSourceSpec, env: Mapping[str, str]) -> str | None:
     """The password named by ``power.password_env``, or None when the spec names none.
 
     The value is returned to the caller only; it is never logged or put in a message.

@@ -24,7 +24,7 @@ import pynvml
 
 from tokenwatt.errors import PowerError
 from tokenwatt.power.base import BuildContext, PowerSource, Reading, register_source
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = [
     "CLOCK_EVENT_REASONS",
@@ -155,7 +155,7 @@ class BoardSource(PowerSource):
         self._opened = False
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> BoardSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> BoardSource:
         """Board power for ``context.gpu_indices`` (``spec.hardware.gpus``)."""
         return cls(gpu_indices=context.gpu_indices)
 

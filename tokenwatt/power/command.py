@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from tokenwatt.errors import PowerError
 from tokenwatt.power.base import BuildContext, PowerSource, Reading, register_source
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = ["CommandSource", "extract_watts"]
 
@@ -138,7 +138,7 @@ class CommandSource(PowerSource):
         self.description = f"{what} from command `{command}`{picked}"
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> CommandSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> CommandSource:
         """From ``command``, ``field`` and ``scope``."""
         if not spec.command:
             raise PowerError("power.source 'command' needs power.command")

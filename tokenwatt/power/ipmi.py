@@ -27,7 +27,7 @@ from tokenwatt.power.base import (
     register_source,
     secret_from_env,
 )
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = ["IpmiSource", "parse_dcmi_power_reading", "split_host"]
 
@@ -116,7 +116,7 @@ class IpmiSource(PowerSource):
         self.description = f"Node power from BMC (IPMI DCMI power reading, {target})"
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> IpmiSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> IpmiSource:
         """From ``host``, ``username`` and ``password_env``."""
         if spec.host is None:
             raise PowerError("power.source 'ipmi' needs power.host (the BMC's host[:port])")

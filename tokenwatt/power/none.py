@@ -14,7 +14,7 @@ from tokenwatt.power.base import (
     Reading,
     register_source,
 )
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = ["NoneSource"]
 
@@ -31,7 +31,7 @@ class NoneSource(PowerSource):
         self.description = POWER_NOT_MEASURED
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> NoneSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> NoneSource:
         """The spec says ``power.source: none``."""
         return cls()
 

@@ -34,7 +34,7 @@ from tokenwatt.errors import PowerError
 from tokenwatt.power.base import BuildContext, PowerSource, Reading, register_source
 from tokenwatt.power.board import reason_names
 from tokenwatt.promtext import Sample, parse
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = [
     "ENERGY_METRIC",
@@ -86,7 +86,7 @@ class PrometheusSource(PowerSource):
         self.description = f"GPU board power sum (dcgm-exporter {POWER_METRIC} at {url})"
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> PrometheusSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> PrometheusSource:
         """From ``url`` (or the simulator's metrics URL) and the GPUs in use."""
         url = spec.url or context.default_metrics_url
         if url is None:

@@ -50,7 +50,7 @@ from tokenwatt.power.base import (
     secret_from_env,
 )
 from tokenwatt.power.redfish_sessions import SessionLedger, SessionRecord
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = ["RedfishSource"]
 
@@ -162,7 +162,7 @@ class RedfishSource(PowerSource):
             )
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> RedfishSource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> RedfishSource:
         """From ``url``, ``username``, ``password_env``, ``verify_tls``, ``chassis``, ``auth``."""
         if spec.url is None:
             raise PowerError("power.source 'redfish' needs power.url (the BMC's https:// URL)")

@@ -15,7 +15,7 @@ from typing import Literal
 from tokenwatt.errors import PowerError
 from tokenwatt.power.base import BuildContext, PowerScope, PowerSource, Reading
 from tokenwatt.schema.run import PowerSample
-from tokenwatt.schema.spec import PowerSpec
+from tokenwatt.schema.spec import PowerSourceSpec
 
 __all__ = ["ReplaySource"]
 
@@ -77,7 +77,7 @@ class ReplaySource(PowerSource):
         return cls(readings, **kwargs)  # type: ignore[arg-type]
 
     @classmethod
-    def from_spec(cls, spec: PowerSpec, context: BuildContext) -> ReplaySource:
+    def from_spec(cls, spec: PowerSourceSpec, context: BuildContext) -> ReplaySource:
         """Not available: a spec cannot name a replay.
 
         Raises:

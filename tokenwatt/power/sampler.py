@@ -7,7 +7,9 @@ error); the sampler keeps trying at its normal rate and resumes when the source 
 No reading is ever invented: a gap is a stretch with no samples, never a zero.
 
 Ticks are on a fixed grid (``start + k / sampling_hz``); a read slower than the period makes the
-sampler skip the ticks it missed rather than burst to catch up.
+sampler skip the ticks it missed rather than burst to catch up. Samplers given the same grid start
+(one per node of a server spanning nodes, :mod:`tokenwatt.power.nodes`) read on the same ticks,
+and each sample keeps the tick it was read on.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from tokenwatt.errors import PowerError
 from tokenwatt.power.base import PowerSource, Reading, build_source
 from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample
 from tokenwatt.schema.spec import Spec
+
+if TYPE_CHECKING:
+    from tokenwatt.power.nodes import NodesSampler
 
 __all__ = ["PowerSampler", "sampler_for_spec"]
 
@@ -55,6 +61,7 @@ class PowerSampler:
         *,
         sampling_hz: float,
         clock_ns: Clock = time.monotonic_ns,
+        label: str | None = None,
     ) -> None:
         """Prepare, without opening the source.
 
@@ -62,17 +69,21 @@ class PowerSampler:
             source: the meter to read.
             sampling_hz: reads per second (> 0).
             clock_ns: the clock samples are stamped with; must be the load generator's.
+            label: what log lines call the meter (a node's name); default the source's name.
         """
         if not sampling_hz > 0:
             raise ValueError(f"sampling_hz must be positive, not {sampling_hz}")
         self.source = source
         self.sampling_hz = sampling_hz
+        self.label = label or source.name
         self._period_ns = round(1e9 / sampling_hz)
         self._clock_ns = clock_ns
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._samples: list[tuple[int, Reading]] = []
+        self._ticks: list[int] = []
+        self._grid_start_ns: int | None = None
         self._gaps: list[_Gap] = []
         self._crash: BaseException | None = None
         self._started = False
@@ -81,8 +92,12 @@ class PowerSampler:
 
     # -- life cycle -----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, grid_start_ns: int | None = None) -> None:
         """Open the source and start sampling in a daemon thread.
+
+        Args:
+            grid_start_ns: tick 0 of the sampling grid, on the sampler's clock; the first read
+                is then on the next tick of that grid. Default: now, read at once.
 
         Raises:
             PowerError: the source cannot be opened (nothing is started then).
@@ -92,19 +107,24 @@ class PowerSampler:
             raise RuntimeError("PowerSampler.start() called twice")
         self.source.open()
         self._started = True
+        self._grid_start_ns = grid_start_ns
         if self.source.scope == "none":
             logger.info("power source 'none': power is not measured")
             return
         self._thread = threading.Thread(
-            target=self._run, name=f"tokenwatt-power-{self.source.name}", daemon=True
+            target=self._run, name=f"tokenwatt-power-{self.label}", daemon=True
         )
         self._thread.start()
         logger.info(
             "sampling %s power at %s Hz: %s",
-            self.source.name,
+            self.label,
             self.sampling_hz,
             self.source.description,
         )
+
+    def request_stop(self) -> None:
+        """Ask the thread to stop after its current read, without waiting (see :meth:`stop`)."""
+        self._stop.set()
 
     def stop(self) -> PowerEvidence:
         """Stop the thread, close the source and return everything recorded.
@@ -126,7 +146,7 @@ class PowerSampler:
             self.source.close()
         if self._crash is not None:
             raise PowerError(
-                f"the {self.source.name} power sampler stopped on an unexpected error:"
+                f"the {self.label} power sampler stopped on an unexpected error:"
                 f" {type(self._crash).__name__}: {self._crash}"
             ) from self._crash
         return self.evidence()
@@ -154,9 +174,14 @@ class PowerSampler:
 
     def evidence(self) -> PowerEvidence:
         """What was recorded so far (a snapshot; safe while running; open gaps end now)."""
+        return self.evidence_with_ticks()[0]
+
+    def evidence_with_ticks(self) -> tuple[PowerEvidence, list[int]]:
+        """:meth:`evidence`, and for each of its samples the grid tick it was read on."""
         now_ns = self._clock_ns()
         with self._lock:
             samples = list(self._samples)
+            ticks = list(self._ticks)
             gaps = [
                 PowerGap(
                     start_ns=g.start_ns,
@@ -165,7 +190,7 @@ class PowerSampler:
                 )
                 for g in self._gaps
             ]
-        return PowerEvidence(
+        evidence = PowerEvidence(
             source=self.source.name,
             description=self.source.description,
             scope=self.source.scope,
@@ -184,12 +209,19 @@ class PowerSampler:
             power_limit_w=self.source.power_limit_w,
             throttle_monitored=self.source.throttle_monitored,
         )
+        return evidence, ticks
 
     @property
     def sample_count(self) -> int:
         """Samples recorded so far."""
         with self._lock:
             return len(self._samples)
+
+    @property
+    def ticks(self) -> list[int]:
+        """The grid tick of each sample so far."""
+        with self._lock:
+            return list(self._ticks)
 
     @property
     def gap_count(self) -> int:
@@ -206,11 +238,17 @@ class PowerSampler:
     # -- the thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        t0_ns = self._clock_ns()
         tick = 0
+        t0_ns = self._clock_ns() if self._grid_start_ns is None else self._grid_start_ns
         try:
+            if self._grid_start_ns is not None:
+                # Join the shared grid at its next tick (opening the source took time).
+                tick = max(0, math.ceil((self._clock_ns() - t0_ns) / self._period_ns))
+                wait_ns = t0_ns + tick * self._period_ns - self._clock_ns()
+                if wait_ns > 0:
+                    self._stop.wait(wait_ns / 1e9)
             while not self._stop.is_set():
-                self._sample_once()
+                self._sample_once(tick)
                 # Next tick on the grid that is still ahead: skip ticks a slow read missed.
                 now_ns = self._clock_ns()
                 tick = max(tick + 1, math.ceil((now_ns - t0_ns) / self._period_ns))
@@ -225,12 +263,12 @@ class PowerSampler:
                 if not self._gaps or self._gaps[-1].end_ns is not None:
                     self._gaps.append(_Gap(self._clock_ns(), None, f"sampler crashed: {exc}"))
 
-    def _sample_once(self) -> None:
+    def _sample_once(self, tick: int) -> None:
         before_ns = self._clock_ns()
         try:
             reading = self.source.read()
             if not (math.isfinite(reading.watts) and reading.watts >= 0):
-                raise PowerError(f"{self.source.name} source read {reading.watts!r} W")
+                raise PowerError(f"{self.label} source read {reading.watts!r} W")
         except PowerError as exc:
             after_ns = self._clock_ns()
             with self._lock:
@@ -241,7 +279,7 @@ class PowerSampler:
                 else:
                     open_gap.attempts += 1
             if open_gap is None:
-                logger.warning("power readings stopped (gap opened): %s", exc)
+                logger.warning("%s power readings stopped (gap opened): %s", self.label, exc)
             return
         after_ns = self._clock_ns()
         t_ns = (before_ns + after_ns) // 2
@@ -252,9 +290,11 @@ class PowerSampler:
                 closed = self._gaps[-1]
                 closed.end_ns = t_ns
             self._samples.append((t_ns, reading))
+            self._ticks.append(tick)
         if closed is not None:
             logger.warning(
-                "power readings resumed after %.1f s without readings (%s)",
+                "%s power readings resumed after %.1f s without readings (%s)",
+                self.label,
                 (t_ns - closed.start_ns) / 1e9,
                 closed.cause,
             )
@@ -266,8 +306,10 @@ def sampler_for_spec(
     default_metrics_url: str | None = None,
     env: Mapping[str, str] | None = None,
     clock_ns: Clock = time.monotonic_ns,
-) -> PowerSampler:
+) -> PowerSampler | NodesSampler:
     """A sampler (not started) for the spec's power source, GPUs and ``sampling_hz``.
+
+    With ``power.nodes``, a :class:`~tokenwatt.power.nodes.NodesSampler` over every node.
 
     Args:
         spec: the whole spec (``power`` and ``hardware.gpus`` are used).
@@ -279,10 +321,29 @@ def sampler_for_spec(
         PowerError: the power section cannot be served (see
             :func:`~tokenwatt.power.base.build_source`).
     """
-    source = build_source(
-        spec.power,
-        gpu_indices=spec.hardware.gpus,
-        default_metrics_url=default_metrics_url,
-        env=env,
-    )
-    return PowerSampler(source, sampling_hz=float(spec.power.sampling_hz), clock_ns=clock_ns)
+    sampling_hz = float(spec.power.sampling_hz)
+    if spec.power.nodes is None:
+        source = build_source(
+            spec.power,
+            gpu_indices=spec.hardware.gpus,
+            default_metrics_url=default_metrics_url,
+            env=env,
+        )
+        return PowerSampler(source, sampling_hz=sampling_hz, clock_ns=clock_ns)
+    # nodes.py builds on this module's PowerSampler, hence the import here.
+    from tokenwatt.power.nodes import NodesSampler
+
+    sources: list[tuple[str, PowerSource]] = []
+    for i, node in enumerate(spec.power.nodes):
+        try:
+            source = build_source(
+                node,
+                # hardware.gpus are this machine's: they are the GPUs of a 'board' node only.
+                gpu_indices=spec.hardware.gpus if node.source == "board" else None,
+                default_metrics_url=default_metrics_url,
+                env=env,
+            )
+        except PowerError as exc:
+            raise PowerError(f"power.nodes[{i}] ({node.name}): {exc}") from exc
+        sources.append((node.name, source))
+    return NodesSampler(sources, sampling_hz=sampling_hz, clock_ns=clock_ns)

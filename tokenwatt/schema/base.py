@@ -15,6 +15,7 @@ __all__ = [
     "KvDtype",
     "Num",
     "Pct",
+    "PowerKind",
     "PowerSourceName",
     "Role",
     "StrictInputModel",
@@ -66,6 +67,10 @@ Role = Literal["baseline", "tuned", "other"]
 
 PowerSourceName = Literal["board", "redfish", "ipmi", "command", "prometheus", "none"]
 """Where power readings come from (methodology page, "Power and energy")."""
+
+PowerKind = PowerSourceName | Literal["nodes"]
+"""What a run's power figures come from: one source, or ``nodes``, the sum over ``power.nodes``
+(each node's own source is named in its evidence)."""
 
 WeightDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4", "nvfp4"]
 """Storage type of the weights."""

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.base import Num, PowerKind, PowerSourceName, Role, StrictModel
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.limits import impossible_in_result
 from tokenwatt.schema.spec import Spec
@@ -27,6 +27,7 @@ __all__ = [
     "ConfigTelemetry",
     "Fleet",
     "MultipleComparison",
+    "PowerNodeSummary",
     "PowerTracePoint",
     "PowerTraceSummary",
     "PowerValidity",
@@ -121,7 +122,9 @@ class ResultPower(StrictModel):
     """How power was measured."""
 
     source: str = Field(description="In words, e.g. 'GPU board power sum (NVIDIA)'")
-    kind: PowerSourceName
+    kind: PowerKind = Field(
+        description="The source, or 'nodes': the figures are the sum over each config's power_nodes"
+    )
     sampling_hz: Annotated[Num, Field(gt=0)] | None = None
     window: str = Field(description="Which samples count, in words")
 
@@ -270,6 +273,27 @@ class PowerTraceSummary(StrictModel):
         return self
 
 
+class PowerNodeSummary(StrictModel):
+    """One node of a server spanning nodes, over the confirmed windows.
+
+    The config's power figures are the sum over its nodes.
+    """
+
+    name: str = Field(min_length=1)
+    source: PowerSourceName
+    description: str = Field(description="The node's source in words")
+    node_power_kw: NonNeg | None = Field(description="Mean power in the confirmed windows, kW")
+    energy_j: NonNeg | None = Field(description="Energy in the confirmed windows, J")
+    energy_method: Literal["counter", "integral"] | None = None
+    samples: Annotated[int, Field(ge=0)] = Field(description="Readings in the confirmed windows")
+    gaps: Annotated[int, Field(ge=0)] = Field(
+        description="Stretches without readings (failed reads) touching the confirmed windows"
+    )
+    max_gap_fraction: NonNeg | None = Field(
+        default=None, description="Largest share of a confirmed window without readings"
+    )
+
+
 class CapacityFitSummary(StrictModel):
     """The fit behind one bound's capacity (methodology, "SLO capacity"), for the page's chart.
 
@@ -388,6 +412,11 @@ class ConfigResult(StrictModel):
     energy_j: NonNeg | None = None
     energy_method: Literal["counter", "integral"] | None = None
     power_trace: PowerTraceSummary | None = None
+    power_nodes: list[PowerNodeSummary] | None = Field(
+        default=None,
+        description="Where the server spans nodes: each node's figures; node_power_kw, energy_j"
+        " and tokens_per_joule above are their sum",
+    )
     probes: list[ProbePoint] | None = None
     probe_seconds: NonNeg | None = None
     boundary_gap_pct: NonNeg | None = Field(

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from tokenwatt.schema.base import Num, PowerSourceName, Role, StrictModel
+from tokenwatt.schema.base import Num, PowerKind, PowerSourceName, Role, StrictModel
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.spec import MeasurementSpec, Spec
 
@@ -37,6 +37,7 @@ __all__ = [
     "LoadCluster",
     "LoadNode",
     "MbuEvidence",
+    "NodePowerEvidence",
     "PowerEvidence",
     "PowerGap",
     "PowerSample",
@@ -613,10 +614,41 @@ class PowerGap(StrictModel):
     cause: str
 
 
+class NodePowerEvidence(StrictModel):
+    """One node's readings, where a server spans nodes (``power.nodes``), and its figures.
+
+    The samples are the node's own (stamped on the same clock and tick grid as every node's);
+    its gaps are the stretches where this node failed to read.
+    """
+
+    name: str = Field(min_length=1, description="The node's name in power.nodes")
+    source: PowerSourceName
+    description: str = Field(description="e.g. 'Node power from BMC (Redfish ...)'")
+    scope: Literal["board", "node"] = Field(description="GPU boards only, or whole node")
+    samples: list[PowerSample] = Field(default_factory=list)
+    gaps: list[PowerGap] = Field(default_factory=list)
+    power_limit_w: NonNegFloat | None = Field(default=None, description="Enforced limit")
+    throttle_monitored: bool = Field(
+        default=False, description="The node's source reports clock-event (throttle) reasons"
+    )
+    node_power_kw: NonNegFloat | None = Field(
+        default=None, description="This node's mean power inside the confirmed windows, kW"
+    )
+    energy_j: NonNegFloat | None = Field(
+        default=None, description="This node's energy inside the confirmed windows, J"
+    )
+    energy_method: Literal["counter", "integral"] | None = None
+    max_gap_fraction: NonNegFloat | None = Field(
+        default=None, description="Largest share of a confirmed window without this node's readings"
+    )
+
+
 class PowerEvidence(StrictModel):
     """Power readings for the whole run and the figures derived over the confirmed windows."""
 
-    source: PowerSourceName
+    source: PowerKind = Field(
+        description="The source, or 'nodes': the figures are the sum over the nodes below"
+    )
     description: str = Field(description="e.g. 'GPU board power sum (NVIDIA)'")
     scope: Literal["board", "node", "none"] = Field(description="GPU boards only, or whole node")
     sampling_hz: Annotated[Num, Field(gt=0)]
@@ -647,6 +679,23 @@ class PowerEvidence(StrictModel):
         description="How the figures were obtained where it is not the plain method"
         " (counter resets, fallbacks, gaps bridged)",
     )
+    nodes: list[NodePowerEvidence] | None = Field(
+        default=None,
+        description="Where a server spans nodes (source 'nodes'): each node's readings and"
+        " figures; the samples, gaps and figures above are their sum",
+    )
+
+    @model_validator(mode="after")
+    def _nodes_with_their_kind(self) -> PowerEvidence:
+        if (self.source == "nodes") != (self.nodes is not None):
+            raise ValueError("source 'nodes' and a list of nodes go together")
+        if self.nodes is not None:
+            names = [n.name for n in self.nodes]
+            if len(set(names)) != len(names):
+                raise ValueError("nodes: a node name appears twice")
+            if any(n.scope != self.scope for n in self.nodes):
+                raise ValueError(f"nodes: every node must cover the scope of the sum, {self.scope}")
+        return self
 
 
 class MbuEvidence(StrictModel):

@@ -12,13 +12,21 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from tokenwatt.bounded import finite_numbers_only
 from tokenwatt.schema.base import (
     EnvVarName,
     KvDtype,
     Num,
+    PowerKind,
     PowerSourceName,
     StrictInputModel,
     StrictModel,
@@ -41,6 +49,8 @@ __all__ = [
     "LognormalTokens",
     "MeasurementSpec",
     "ModelSpec",
+    "PowerNodeSpec",
+    "PowerSourceSpec",
     "PowerSpec",
     "PrefixSpec",
     "SessionSpec",
@@ -668,13 +678,19 @@ class AccuracySpec(StrictInputModel):
     )
 
 
-class PowerSpec(StrictInputModel):
-    """Where power is read from (methodology page, "Power and energy")."""
+class _PowerSourceField(StrictInputModel):
+    """The ``source`` field, first in every power section (see :class:`PowerSpec`)."""
 
     source: PowerSourceName = Field(default="board", description="Power source")
-    sampling_hz: Annotated[Num, Field(gt=0, le=1000)] = Field(
-        default=1, description="Samples per second"
-    )
+
+
+class PowerSourceSpec(_PowerSourceField):
+    """One power meter: its source and the fields that source needs.
+
+    A whole ``power`` section names one (:class:`PowerSpec`); a server spanning nodes names one
+    per node (:class:`PowerNodeSpec`). The sources are built from this (``build_source``).
+    """
+
     url: str | None = Field(
         default=None, description="redfish: BMC base URL; prometheus: the /metrics URL"
     )
@@ -713,7 +729,12 @@ class PowerSpec(StrictInputModel):
         return _without_credentials(value, secret_field="power.username and power.password_env")
 
     @model_validator(mode="after")
-    def _fields_for_source(self) -> PowerSpec:
+    def _fields_for_source(self) -> PowerSourceSpec:
+        self._check_fields()
+        return self
+
+    def _check_fields(self) -> None:
+        """The fields this meter's source needs are given, and no field another source uses."""
         needs: dict[str, tuple[str, ...]] = {
             "board": (),
             "none": (),
@@ -744,7 +765,141 @@ class PowerSpec(StrictInputModel):
                 )
         if self.username is not None and self.password_env is None:
             raise ValueError("'username' is set but 'password_env' does not name the password")
-        return self
+
+    @property
+    def reading_scope(self) -> Literal["board", "node", "none"]:
+        """What this meter's readings cover: the GPU boards in use, the whole node, or nothing.
+
+        The sources say the same (``PowerSource.scope``); the spec needs it before any source
+        is built, to refuse nodes that cover different things.
+        """
+        if self.source in ("board", "prometheus"):
+            return "board"
+        if self.source == "command":
+            return self.scope or "node"
+        return "none" if self.source == "none" else "node"
+
+
+class _PowerSampling(_PowerSourceField):
+    sampling_hz: Annotated[Num, Field(gt=0, le=1000)] = Field(
+        default=1, description="Samples per second"
+    )
+
+
+class PowerNodeSpec(PowerSourceSpec):
+    """One node of a server that spans nodes: its name and its own meter."""
+
+    source: PowerSourceName = Field(description="Power source of this node")
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Name of the node (letters, digits, . _ -), unique within power.nodes",
+    )
+
+
+def _check_nodes(nodes: list[PowerNodeSpec]) -> None:
+    """Refuse nodes that cannot be summed.
+
+    Each is named once and measured, at most one is this machine's NVML, all cover the same
+    thing, and no meter is read twice.
+    """
+    names = [node.name for node in nodes]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"power.nodes names {', '.join(twice)} twice: each name once")
+    for node in nodes:
+        if node.source == "none":
+            raise ValueError(
+                f"power node '{node.name}' has source 'none': a sum over nodes needs every"
+                " node measured; set power.source 'none' (without nodes) to measure none"
+            )
+    boards = [node.name for node in nodes if node.source == "board"]
+    if len(boards) > 1:
+        raise ValueError(
+            f"power nodes {', '.join(boards)} all have source 'board', which reads NVML on"
+            " this machine: only one node can be this machine; read the other nodes' GPUs"
+            " through their exporters (source 'prometheus') or a command"
+        )
+    scopes = {node.name: node.reading_scope for node in nodes}
+    if len(set(scopes.values())) > 1:
+        listed = ", ".join(f"{name}: {scope}" for name, scope in scopes.items())
+        raise ValueError(
+            f"power nodes cover different things ({listed}): a sum of GPU-board power on"
+            " some nodes and whole-node power on others is neither; give every node the"
+            " same scope (board or node)"
+        )
+    meters = [node.model_dump(exclude={"name"}) for node in nodes]
+    for i, meter in enumerate(meters):
+        if meter in meters[:i]:
+            first = nodes[meters.index(meter)].name
+            raise ValueError(
+                f"power nodes {first} and {nodes[i].name} read the same meter: its"
+                " power would be counted twice"
+            )
+
+
+# Every spec, run and result file written so far has sampling_hz second, after source: the bases
+# are in this order so that the fields (and so every dump) keep that order.
+class PowerSpec(PowerSourceSpec, _PowerSampling):
+    """Where power is read from (methodology page, "Power and energy").
+
+    One meter (``source`` and its fields), or ``nodes``: a server that spans nodes, one meter
+    per node, whose figures are the sum over the nodes. With ``nodes`` the meter fields are given
+    in each node and not here; ``sampling_hz`` is the same for every node (one tick reads all).
+    """
+
+    nodes: list[PowerNodeSpec] | None = Field(
+        default=None,
+        min_length=2,
+        description="A server spanning nodes: one meter per node (each a power source with its"
+        " fields, plus a unique name); the figures are the sum over the nodes. Then no meter"
+        " field (source, url, ...) is given beside it",
+    )
+
+    def _check_fields(self) -> None:
+        """One meter's fields, or nodes that fit together and no meter field beside them."""
+        if self.nodes is None:
+            super()._check_fields()
+            return
+        # Fields as given (an assignment adds its field): a default written out, such as source
+        # 'board', is refused like any other value.
+        beside = [name for name in PowerSourceSpec.model_fields if name in self.model_fields_set]
+        if beside:
+            fields = ", ".join(f"'{name}'" for name in beside)
+            raise ValueError(
+                f"{fields} set beside 'nodes': with nodes, each node names its own source and"
+                f" its fields; move {fields} into the nodes (power keeps only sampling_hz)"
+            )
+        _check_nodes(self.nodes)
+
+    @model_serializer(mode="wrap")
+    def _meter_fields_only_without_nodes(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # With nodes, the meter fields hold their defaults, which the input may not give (above):
+        # a dump leaves them out so that it reads back. Without nodes, it is what it always was.
+        data = handler(self)
+        if isinstance(data, dict):
+            dropped = PowerSourceSpec.model_fields if self.nodes is not None else ("nodes",)
+            for name in dropped:
+                data.pop(name, None)
+        return data
+
+    @property
+    def kind(self) -> PowerKind:
+        """The source's name, or ``nodes`` for a sum over ``nodes``."""
+        return "nodes" if self.nodes is not None else self.source
+
+    @property
+    def meters(self) -> tuple[tuple[str, PowerSourceSpec], ...]:
+        """Each meter with where it is in the spec: ``power``, or ``power.nodes[i]`` per node."""
+        if self.nodes is None:
+            return (("power", self),)
+        return tuple((f"power.nodes[{i}]", node) for i, node in enumerate(self.nodes))
+
+    @property
+    def password_envs(self) -> tuple[str, ...]:
+        """The environment variables the spec names for power passwords (every node's)."""
+        return tuple(m.password_env for _, m in self.meters if m.password_env is not None)
 
 
 class LoadClusterSpec(StrictInputModel):
@@ -826,17 +981,16 @@ class Spec(StrictInputModel):
 
     @model_validator(mode="after")
     def _power_fits_engine(self) -> Spec:
-        if self.power.source == "board" and self.hardware.adapter != "nvidia":
-            raise ValueError("power.source 'board' reads NVML and needs hardware.adapter 'nvidia'")
-        if (
-            self.power.source == "prometheus"
-            and self.power.url is None
-            and (self.engine.endpoint != "sim")
-        ):
-            raise ValueError(
-                "power.source 'prometheus' needs power.url (only against the simulator"
-                " may it be omitted: then the simulator's own /metrics is read)"
-            )
+        for where, meter in self.power.meters:
+            if meter.source == "board" and self.hardware.adapter != "nvidia":
+                raise ValueError(
+                    f"{where}.source 'board' reads NVML and needs hardware.adapter 'nvidia'"
+                )
+            if meter.source == "prometheus" and meter.url is None and self.engine.endpoint != "sim":
+                raise ValueError(
+                    f"{where}.source 'prometheus' needs {where}.url (only against the simulator"
+                    " may it be omitted: then the simulator's own /metrics is read)"
+                )
         return self
 
 

@@ -162,6 +162,7 @@ def test_sampler_for_spec_uses_the_power_section_and_the_clock():
     ticks = iter(range(10**9, 10**12, 10**6))
     spec = factories.spec(power={"source": "command", "command": "echo 75", "sampling_hz": 20})
     sampler = sampler_for_spec(spec, clock_ns=lambda: next(ticks))
+    assert isinstance(sampler, PowerSampler)
     assert isinstance(sampler.source, CommandSource)
     assert sampler.sampling_hz == 20
     sampler.start()
@@ -170,4 +171,6 @@ def test_sampler_for_spec_uses_the_power_section_and_the_clock():
     assert ev.samples[0].watts == 75.0
     # stamped on the injected clock: midpoints of its 1 ms ticks (the real clock is not)
     assert all(s.t_ns % 500_000 == 0 for s in ev.samples)
-    assert sampler_for_spec(factories.spec()).source.scope == "none"
+    unmeasured = sampler_for_spec(factories.spec())
+    assert isinstance(unmeasured, PowerSampler)
+    assert unmeasured.source.scope == "none"
