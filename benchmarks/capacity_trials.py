@@ -71,6 +71,9 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
         sweep["precision_pct"] = args.precision
     if sweep:
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
+    if args.warmup is not None:
+        measurement = spec.measurement.model_copy(update={"warmup_s": args.warmup})
+        spec = spec.model_copy(update={"measurement": measurement})
     if sim_over:
         update = {}
         for item in sim_over.split(","):
@@ -245,9 +248,11 @@ def warmup(args: argparse.Namespace) -> dict[str, object]:
     loaded = configured(args.spec, args)
     spec = loaded.spec
     config = engine_config(loaded)
-    shares: dict[str, float] = {}
+    shares: dict[str, dict[str, float]] = {}
+    bounds = {"ttft_ms": spec.slo.ttft_p99_ms, "tpot_ms": spec.slo.tpot_p99_ms}
     for warm in (float(w) for w in args.warmups.split(",")):
-        over = counted = 0
+        over = dict.fromkeys(bounds, 0)
+        counted = dict.fromkeys(bounds, 0)
         for s in range(args.trials):
             seeded = with_seed(loaded, args.seed + s)
             workload = build_workload(
@@ -267,19 +272,25 @@ def warmup(args: argparse.Namespace) -> dict[str, object]:
                 slo=spec.slo,
             ).record
             assert record.requests is not None
-            for column, bound in (("tpot_ms", spec.slo.tpot_p99_ms),):
+            for column, bound in bounds.items():
                 n, k = exceedance(record.requests, column, bound)
-                counted += n
-                over += k
-        shares[f"{warm:g}"] = over / counted * 100
-        print(f"  warm-up {warm:g} s: {over} of {counted} over the TPOT bound", file=sys.stderr)
+                counted[column] += n
+                over[column] += k
+        shares[f"{warm:g}"] = {c: over[c] / counted[c] * 100 for c in bounds}
+        print(
+            f"  warm-up {warm:g} s: "
+            + ", ".join(
+                f"{over[c]} of {counted[c]} over the {c[:4].upper()} bound" for c in bounds
+            ),
+            file=sys.stderr,
+        )
     return {
         "mode": "warmup",
         "spec": args.spec,
         "rate_rps": args.rate,
         "window_s": spec.measurement.window_s,
         "seeds": args.trials,
-        "tpot_over_pct_by_warmup_s": shares,
+        "over_pct_by_warmup_s": shares,
     }
 
 
@@ -295,6 +306,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, help="sweep.budget_s (adaptive)")
     ap.add_argument("--precision", type=float, help="sweep.precision_pct (adaptive)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--warmup", type=float, help="measurement.warmup_s instead of the spec's")
     ap.add_argument(
         "--unpaired", action="store_true", help="compare: do not pair the runs on their streams"
     )

@@ -19,21 +19,43 @@
   model's tokenizer a chunk's tokens cannot be counted. Outputs longer than the ``max_tokens``
   asked for (a server over-reporting what ``ignore_eos`` fixes) and ``ignore_eos`` outputs that
   stopped short are violations. Each is counted, with a few examples.
+- **Steady state**: whether the warm-up brought the load to its steady state before the window
+  opened. A probe starts from an idle server; under Poisson arrivals at rate lambda the expected
+  number of requests in the system t seconds in is lambda times the integral from 0 to t of
+  P(D > s) ds, D a request's time in the system, and it reaches lambda E[D] (Little's law) only
+  once t passes the longest times. The *shortfall* at t is E[(D - t)+] / E[D]: the share of the
+  steady-state load still missing. The audit estimates it from the probe's own window requests
+  (D = send to last byte, or to the failure; requests cut by an early stop left out) at the
+  window's start and averaged over the window, and the warm-up that would bring it to
+  :data:`STEADY_STATE_SHORTFALL_PCT` %. A window that opens short of the steady state holds
+  fewer requests in flight than the rate implies: its latencies read low, and a capacity
+  estimated from it high. Long answers make this large: with the seed's workload (chat-mix-v1
+  with its full output lengths, up to 18,589 tokens) at its SLO's 50 ms per token, the seed's
+  45 s warm-up opens the window 23 % short.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+from scipy import optimize
+
 from tokenwatt.client.openai import RequestResult
-from tokenwatt.schema.run import ConservationAudit, LittlesLawAudit, TokenAudit
+from tokenwatt.schema.run import ConservationAudit, LittlesLawAudit, SteadyStateAudit, TokenAudit
 
 __all__ = [
     "LITTLES_LAW_SLACK_REQUESTS",
     "LITTLES_LAW_TOLERANCE_PCT",
     "MAX_EXAMPLES",
+    "STEADY_STATE_SHORTFALL_PCT",
     "conservation",
     "littles_law",
+    "shortfall",
+    "steady_state",
+    "steady_warmup_s",
     "token_accounting",
 ]
 
@@ -45,6 +67,12 @@ LITTLES_LAW_SLACK_REQUESTS = 1.0
 
 MAX_EXAMPLES = 3
 """Offending requests quoted per audit."""
+
+Durations = Sequence[float] | npt.NDArray[np.float64]
+"""Times in the system, s."""
+
+STEADY_STATE_SHORTFALL_PCT = 1.0
+"""Largest shortfall of the load in the system when the window opens that is steady state, %."""
 
 
 def littles_law(
@@ -117,4 +145,60 @@ def token_accounting(window: Sequence[RequestResult]) -> TokenAudit:
         over_max_tokens=over,
         short_ignore_eos=short,
         examples=examples,
+    )
+
+
+def shortfall(durations_s: Durations, at_s: float) -> float:
+    """E[(D - t)+] / E[D] at t = ``at_s``: the share of the steady-state load missing (pure).
+
+    Example: times in system 10, 20 and 30 s (mean 20) at t = 15: (0 + 5 + 15) / 3 / 20 = 1/3.
+    """
+    d = np.asarray(durations_s, dtype=np.float64)
+    mean = float(d.mean()) if d.size else 0.0
+    if mean <= 0.0:
+        return 0.0
+    return float(np.maximum(d - at_s, 0.0).mean()) / mean
+
+
+def _window_shortfall(d: np.ndarray, start_s: float, window_s: float) -> float:
+    """The shortfall averaged over [start, start + window]: E[integral of (D - t)+] / E[D] / W."""
+    mean = float(d.mean())
+    if mean <= 0.0 or window_s <= 0.0:
+        return 0.0
+    inside = np.clip(d - start_s, 0.0, window_s)  # the part of (D - t)+ > 0 within the window
+    # integral over t in [s, s + W] of (D - t)+ = inside * (D - s) - inside^2 / 2
+    area = inside * (d - start_s) - inside * inside / 2.0
+    return float(area.mean()) / mean / window_s
+
+
+def steady_warmup_s(durations_s: Durations, target_pct: float) -> float:
+    """The shortest warm-up whose shortfall is at most ``target_pct`` % (pure; 0 if none needed).
+
+    Example: times 10, 20 and 30 s, 10 %: E[(D - t)+] = 2 at t = 24 (the 30 s request's 6 s / 3).
+    """
+    d = np.asarray(durations_s, dtype=np.float64)
+    if not d.size or shortfall(d, 0.0) <= target_pct / 100.0:
+        return 0.0
+    target = target_pct / 100.0
+    top = float(d.max())
+    if target <= 0.0:
+        return top
+    return float(optimize.brentq(lambda t: shortfall(d, t) - target, 0.0, top, xtol=1e-6))
+
+
+def steady_state(
+    *, warmup_s: float, window_s: float, durations_s: Sequence[float]
+) -> SteadyStateAudit:
+    """The steady-state audit of one probe from its window requests' times in the system."""
+    d = np.asarray([x for x in durations_s if math.isfinite(x) and x >= 0.0], dtype=np.float64)
+    at_start = shortfall(d, warmup_s)
+    return SteadyStateAudit(
+        requests=int(d.size),
+        mean_time_in_system_s=float(d.mean()) if d.size else 0.0,
+        longest_time_in_system_s=float(d.max()) if d.size else 0.0,
+        warmup_s=warmup_s,
+        shortfall_pct=at_start * 100.0,
+        window_shortfall_pct=_window_shortfall(d, warmup_s, window_s) * 100.0 if d.size else 0.0,
+        steady_warmup_s=steady_warmup_s(d, STEADY_STATE_SHORTFALL_PCT),
+        holds=at_start * 100.0 <= STEADY_STATE_SHORTFALL_PCT,
     )

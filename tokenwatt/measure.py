@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tokenwatt import energy, provenance
+from tokenwatt import audits, energy, provenance
 from tokenwatt.accuracy import accuracy_evidence, load_suite, run_accuracy
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.engine_config import read_engine_config
@@ -45,7 +45,7 @@ from tokenwatt.inventory import read_inventory
 from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.open_files import ensure_open_files
 from tokenwatt.load.probe import LoadGenerator
-from tokenwatt.load.workload import build_workload
+from tokenwatt.load.workload import Workload, build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
 from tokenwatt.power import Sampler, sampler_for_spec
 from tokenwatt.resume import ResumeCheck, check_resumable, merge_power, probe_seconds, replay
@@ -240,6 +240,37 @@ def check_spec_inputs(loaded: LoadedSpec) -> None:
     )
     if loaded.suite_file is not None:
         load_suite(loaded.suite_file)
+
+
+_WARMUP_SAMPLE = 4096
+
+
+def _warn_short_warmup(workload: Workload, spec: Spec, effective: MeasurementSpec) -> None:
+    """Warn before any load when the warm-up cannot reach steady state (audits, "Steady state").
+
+    The times in the system are foreseen from the workload's output lengths at the SLO's time
+    per output token: an answer that long at that pace is what a probe near capacity sees.
+    """
+    if workload.sessions is not None:
+        return  # a session's turns come after its replies: no length to foresee
+    tpot_s = spec.slo.tpot_p99_ms / 1000.0
+    foreseen = [workload.lengths(i, stream=0)[1] * tpot_s for i in range(_WARMUP_SAMPLE)]
+    short = audits.shortfall(foreseen, float(effective.warmup_s)) * 100.0
+    if short <= audits.STEADY_STATE_SHORTFALL_PCT:
+        return
+    logger.warning(
+        "warm-up %g s is short for this workload: answers of up to %s tokens at the SLO's %g ms"
+        " per token stay in the system up to %.0f s, so about %.0f %% of the steady-state load"
+        " is still missing when a window opens (latencies read low, capacity high); a warm-up"
+        " of about %.0f s reaches %g %% (measurement.warmup_s)",
+        effective.warmup_s,
+        f"{round(max(foreseen) / tpot_s):,}",
+        spec.slo.tpot_p99_ms,
+        max(foreseen),
+        short,
+        audits.steady_warmup_s(foreseen, audits.STEADY_STATE_SHORTFALL_PCT),
+        audits.STEADY_STATE_SHORTFALL_PCT,
+    )
 
 
 def _sim_gpus(spec: Spec) -> list[GpuInfo]:
@@ -466,6 +497,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 context_tokens if context_tokens is not None else geometry.max_position_embeddings
             ),
         )
+        _warn_short_warmup(workload, spec, eff_m)
         generator = LoadGenerator(
             spec.engine,
             workload,

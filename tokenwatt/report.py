@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tokenwatt import capacity, compare, policy
+from tokenwatt import audits, capacity, compare, policy
 from tokenwatt.comparability import run_differences
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
@@ -69,6 +69,7 @@ __all__ = [
     "report_command",
     "share_streams",
     "slugify",
+    "steady_state_note",
 ]
 
 logger = logging.getLogger(__name__)
@@ -450,6 +451,34 @@ def telemetry_notes(config: ConfigResult) -> list[str]:
     return notes
 
 
+def steady_state_note(run: RunFile) -> str | None:
+    """The page's note when a run's windows opened before its load was in steady state.
+
+    From the steady-state audits of its confirmation probes (all its probes if none confirmed),
+    client-bound ones left out: the largest shortfall, and the warm-up that would have been
+    enough (:mod:`tokenwatt.audits`, "Steady state").
+    """
+    confirm = set(run.outcome.confirm_probes) if run.outcome is not None else set()
+    probes = [p for p in run.probes if p.index in confirm] or list(run.probes)
+    found = [
+        p.audits.steady_state
+        for p in probes
+        if not p.client_bound and p.audits is not None and p.audits.steady_state is not None
+    ]
+    short = [a for a in found if not a.holds]
+    if not short:
+        return None
+    worst = max(short, key=lambda a: a.shortfall_pct)
+    needed = max(a.steady_warmup_s for a in found)
+    return (
+        f"Run '{run.label}': its windows opened before the load was in steady state (warm-up"
+        f" {worst.warmup_s:g} s; {worst.shortfall_pct:.0f} % of the requests a steady state"
+        f" holds were not yet in the system, some stay {worst.longest_time_in_system_s:,.0f} s):"
+        f" latencies read low and the capacity high; a warm-up of about {needed:,.0f} s would"
+        f" reach {audits.STEADY_STATE_SHORTFALL_PCT:g} %"
+    )
+
+
 def _not_covered(
     runs: Sequence[LoadedRun], configs: Sequence[ConfigResult], *, band_pct: float | None
 ) -> list[str]:
@@ -487,6 +516,9 @@ def _not_covered(
                 f"Run '{run.label}': {bound} probe(s) were client-bound (the load generator,"
                 " not the server, was the limit)"
             )
+        steady = steady_state_note(run)
+        if steady is not None:
+            add(steady)
         if run.power is not None and run.power.max_gap_fraction:
             add(
                 f"Run '{run.label}': power readings missing for"

@@ -78,6 +78,17 @@ async def test_probe_below_capacity_has_telemetry_and_passes_its_audits(capacity
     assert audits.tokens is not None
     assert audits.tokens.usage_mismatches == 0
     assert audits.tokens.short_ignore_eos == 0
+    # Short answers, 2 s of warm-up: the load is in steady state when the window opens, and
+    # the audit's times in the system are the requests' own send-to-last-byte times.
+    steady = audits.steady_state
+    assert steady is not None
+    assert steady.requests == record.window_requests
+    assert steady.holds
+    assert steady.shortfall_pct == 0.0
+    assert record.requests is not None
+    longest_e2e_s = max(v for v in record.requests.e2e_ms if v is not None) / 1000
+    assert steady.longest_time_in_system_s == pytest.approx(longest_e2e_s, rel=0.05)
+    assert steady.steady_warmup_s < 2.0
 
 
 async def test_overloaded_probe_shows_a_growing_queue(capacity):

@@ -225,6 +225,8 @@ def build_probe_record(
         scheduled=scheduled,
         never_sent=early.unsent_window_requests if early is not None else 0,
         statuses=table.status,
+        warmup_s=warmup_s,
+        window_s=window_s,
     )
     return ProbeRecord(
         index=index,
@@ -306,6 +308,8 @@ def _audits(
     scheduled: int | None,
     never_sent: int,
     statuses: Sequence[str],
+    warmup_s: float,
+    window_s: float,
 ) -> ProbeAudits:
     littles = None
     e2e_s = [r.e2e_ms / 1000.0 for r in window if r.ok]
@@ -328,4 +332,13 @@ def _audits(
             else None
         ),
         tokens=audits.token_accounting(window),
+        steady_state=audits.steady_state(
+            warmup_s=warmup_s,
+            window_s=window_s,
+            durations_s=[
+                (r.t_end_ns - r.t_send_ns) / 1e9 for r in window if r.status != "cancelled"
+            ],
+        )
+        if window
+        else None,
     )

@@ -27,6 +27,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Workload: lengths and prompts", "tokenwatt.load.workload"),
     ("Shared prefixes", "tokenwatt.load.prefix"),
     ("Multi-turn sessions", "tokenwatt.load.session"),
+    ("Probe audits", "tokenwatt.audits"),
     ("Sweep", "tokenwatt.sweep"),
     ("Adaptive sweep", "tokenwatt.adaptive"),
     ("Resuming an interrupted run", "tokenwatt.resume"),

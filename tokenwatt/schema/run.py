@@ -48,6 +48,7 @@ __all__ = [
     "ResumeInfo",
     "RunFile",
     "RunOutcome",
+    "SteadyStateAudit",
     "TokenAudit",
 ]
 
@@ -324,6 +325,24 @@ class TokenAudit(StrictModel):
     examples: list[str] = Field(default_factory=list, description="A few offending requests")
 
 
+class SteadyStateAudit(StrictModel):
+    """Whether the warm-up brought the load to its steady state before the window opened."""
+
+    requests: Count = Field(description="Window requests whose time in the system is known")
+    mean_time_in_system_s: NonNegFloat = Field(description="Send to last byte (or failure), s")
+    longest_time_in_system_s: NonNegFloat
+    warmup_s: NonNegFloat
+    shortfall_pct: NonNegFloat = Field(
+        description="Share of the steady-state load not yet in the system when the window"
+        " opened, E[(D - warm-up)+] / E[D], %"
+    )
+    window_shortfall_pct: NonNegFloat = Field(description="The same, averaged over the window, %")
+    steady_warmup_s: NonNegFloat = Field(
+        description="The warm-up that would bring the shortfall to the audit's limit, s"
+    )
+    holds: bool = Field(description="The shortfall is within the limit (tokenwatt.audits)")
+
+
 class ProbeAudits(StrictModel):
     """The audits a reviewer would run on one probe (:mod:`tokenwatt.audits`)."""
 
@@ -332,6 +351,9 @@ class ProbeAudits(StrictModel):
     )
     conservation: ConservationAudit | None = None
     tokens: TokenAudit | None = None
+    steady_state: SteadyStateAudit | None = Field(
+        default=None, description="null in older files, or with no window request"
+    )
 
 
 class LoadActor(StrictModel):
