@@ -338,11 +338,33 @@ class PlanSummary(StrictModel):
     coverage: float | None = Field(
         default=None, description="Share of trials whose interval holds the truth"
     )
+    shortfall_pct: float | None = Field(
+        default=None,
+        description="Median over the trials of the largest steady-state shortfall of a probe"
+        " when its window opened, % (tokenwatt.audits)",
+    )
+    steady_warmup_s: float | None = Field(
+        default=None,
+        description="Median over the trials of the warm-up their probes needed to open within"
+        " 1 % of steady state, s",
+    )
     per_trial: list[dict[str, float | int | str | None]] = Field(default_factory=list)
 
 
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def _steady(trial: PlanTrial) -> tuple[float, float] | None:
+    """(largest shortfall %, largest warm-up needed s) over a trial's server-bound probes."""
+    found = [
+        p.audits.steady_state
+        for p in trial.probes
+        if not p.client_bound and p.audits is not None and p.audits.steady_state is not None
+    ]
+    if not found:
+        return None
+    return max(a.shortfall_pct for a in found), max(a.steady_warmup_s for a in found)
 
 
 def plan(
@@ -413,6 +435,7 @@ def plan(
                 covered += 1
     lows = [ci[0] for ci in bounded]
     highs = [ci[1] for ci in bounded]
+    steady = [s for r in runs if (s := _steady(r)) is not None]
     return PlanSummary(
         spec=str(loaded.path),
         strategy="rates" if spec.sweep.rates is not None else spec.sweep.strategy,
@@ -430,6 +453,8 @@ def plan(
         pairs=pairs,
         median_abs_error_pct=_median(errors),
         coverage=covered / len(runs) if truth_rps is not None else None,
+        shortfall_pct=_median([s[0] for s in steady]),
+        steady_warmup_s=_median([s[1] for s in steady]),
         per_trial=[
             {
                 "seed": r.seed,

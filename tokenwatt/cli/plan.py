@@ -110,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
             "intervals holding the truth",
             "—" if summary.coverage is None else f"{summary.coverage:.0%}",
         ),
+        ("load short of steady state as a window opens, %", _fmt(summary.shortfall_pct, ".1f")),
+        ("warm-up that reaches 1 %, s", _fmt(summary.steady_warmup_s, ",.0f")),
     ]
     if summary.self_called_different is not None:
         rows.append(
