@@ -9,7 +9,14 @@ from tests import factories
 from tokenwatt.client.openai import RequestResult
 from tokenwatt.errors import ClusterError
 from tokenwatt.load._shard import ShardResult
-from tokenwatt.load.ray_pool import NodeInfo, clock_offset, plan_slots, shift_result
+from tokenwatt.load.ray_pool import (
+    NodeInfo,
+    clock_offset,
+    lagging_actors,
+    plan_slots,
+    shift_result,
+)
+from tokenwatt.schema.run import LoadActor
 from tokenwatt.schema.spec import LoadClusterSpec
 
 
@@ -118,3 +125,22 @@ def test_load_cluster_spec_defaults_and_bounds():
         factories.spec(load={"cluster": {"actors_per_node": 0}})
     with pytest.raises(ValidationError, match="adress"):
         factories.spec(load={"cluster": {"adress": "x"}})  # a typo is refused, not ignored
+
+
+def test_an_actor_lagging_alone_makes_the_probe_client_bound():
+    def actor(shard: int, lag: float | None) -> LoadActor:
+        return LoadActor(
+            shard=shard,
+            node_id=f"node{shard}" * 4,
+            node_ip=f"10.0.0.{shard}",
+            hostname="h",
+            pid=1,
+            same_clock=False,
+            clock_offset_ns=0,
+            clock_uncertainty_ns=0,
+            round_trips=16,
+            send_lag_p99_ms=lag,
+        )
+
+    reasons = lagging_actors([actor(0, 0.3), actor(1, 25.0), actor(2, None), actor(3, 10.0)])
+    assert reasons == ["load actor 1 on node 10.0.0.1 (node1node1no): p99 send lag 25.0 ms > 10 ms"]

@@ -533,6 +533,7 @@ class LoadGenerator:
                 results = await pool.run(plans, tally=tally)
             if isinstance(pool, RayPool):
                 load_actors = pool.actors(results)
+                lost_reasons = ray_pool.lagging_actors(load_actors)
         except ray_pool.ActorLost as lost:
             # Client side: the survivors' requests are kept, the probe is client-bound and
             # names the node; the next probe gets a pool on the nodes still alive.

@@ -50,6 +50,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tokenwatt import metrics
 from tokenwatt.errors import ClusterError
 from tokenwatt.load._shard import (
     ExceedTally,
@@ -71,6 +74,7 @@ __all__ = [
     "clock_offset",
     "connect",
     "disconnect",
+    "lagging_actors",
     "plan_slots",
     "server_ips",
     "shift_result",
@@ -576,6 +580,7 @@ class RayPool:
                 clock_uncertainty_ns=a.uncertainty_ns,
                 round_trips=a.round_trips,
                 window_requests=len(r.window) if r is not None else 0,
+                send_lag_p99_ms=_lag_p99(r),
                 lost=a.slot.shard in lost,
             )
             for a, r in zip(self._actors, results, strict=True)
@@ -696,6 +701,28 @@ class RayPool:
             with contextlib.suppress(Exception):
                 remove_placement_group(self._group)
             self._group = None
+
+
+def _lag_p99(result: ShardResult | None) -> float | None:
+    if result is None:
+        return None
+    lags = [lag for r in result.window if (lag := r.send_lag_ms) is not None]
+    if not lags:
+        return None
+    return max(0.0, metrics.nearest_rank(np.sort(np.asarray(lags, dtype=np.float64)), 99))
+
+
+def lagging_actors(actors: Sequence[LoadActor]) -> list[str]:
+    """Why the probe is client-bound per actor: each actor whose own p99 send lag is over it.
+
+    The merged requests can hide one lagging actor that sent a small share of them.
+    """
+    return [
+        f"load actor {a.shard} on node {a.node_ip} ({a.node_id[:12]}): p99 send lag"
+        f" {a.send_lag_p99_ms:.1f} ms > {metrics.MAX_SEND_LAG_P99_MS:g} ms"
+        for a in actors
+        if a.send_lag_p99_ms is not None and a.send_lag_p99_ms > metrics.MAX_SEND_LAG_P99_MS
+    ]
 
 
 def _short(exc: BaseException) -> str:

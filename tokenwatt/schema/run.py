@@ -378,6 +378,11 @@ class LoadActor(StrictModel):
     window_requests: Annotated[int, Field(ge=0)] = Field(
         default=0, description="Window requests this actor sent"
     )
+    send_lag_p99_ms: NonNegFloat | None = Field(
+        default=None,
+        description="p99 of this actor's window send lags, ms (client-bound is judged per actor"
+        " as well as for the whole probe)",
+    )
     lost: bool = Field(default=False, description="The actor or its node was lost mid-probe")
 
 
