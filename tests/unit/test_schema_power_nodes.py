@@ -144,6 +144,21 @@ def test_board_scope_on_every_node_is_accepted():
     assert {n.reading_scope for n in spec.power.nodes} == {"board"}
 
 
+def test_nvml_on_other_machines_is_read_there():
+    # One board node is this machine; the others name the Ray node that reads NVML there.
+    spec = factories.spec(
+        power={
+            "nodes": [
+                {"name": "here", "source": "board"},
+                {"name": "n2", "source": "board", "ray_node": "10.0.0.2"},
+                {"name": "n3", "source": "board", "ray_node": "10.0.0.3"},
+            ]
+        }
+    )
+    assert spec.power.nodes is not None
+    assert [n.ray_node for n in spec.power.nodes] == [None, "10.0.0.2", "10.0.0.3"]
+
+
 def test_the_engine_checks_apply_to_each_node():
     board = [
         {"name": "a", "source": "board"},

@@ -3,8 +3,10 @@
 ``power.nodes`` names one meter per node, each with the fields of a single source and a unique
 name: its BMC (``redfish``, ``ipmi``; the password from the environment variable the node
 names), its exporter (``prometheus``), a ``command``, or NVML (``board``) for the one node
-tokenwatt runs on. Every node covers the same thing, the GPU boards or the whole node, or the
-spec is refused (a sum of the two would be neither); so are a second ``board`` node (NVML reads
+tokenwatt runs on; a node with ``ray_node`` is read on that node of the load generator's Ray
+cluster, by an actor there (:mod:`tokenwatt.power.remote`: NVML on every GPU node). Every
+node covers the same thing, the GPU boards or the whole node, or the spec is refused (a sum of
+the two would be neither); so are a second ``board`` node read from this machine (NVML reads
 this machine only) and two nodes that read the same meter (it would count twice).
 
 :class:`NodesSampler` reads each node in a thread of its own, all on one tick grid

@@ -335,6 +335,11 @@ def sampler_for_spec(
 
     sources: list[tuple[str, PowerSource]] = []
     for i, node in enumerate(spec.power.nodes):
+        if node.ray_node is not None:
+            from tokenwatt.power.remote import remote_source
+
+            sources.append((node.name, remote_source(node, sampling_hz=sampling_hz)))
+            continue
         try:
             source = build_source(
                 node,

@@ -796,6 +796,13 @@ class PowerNodeSpec(PowerSourceSpec):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="Name of the node (letters, digits, . _ -), unique within power.nodes",
     )
+    ray_node: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Read this meter in a Ray actor on the node of the load generator's Ray"
+        " cluster with this IP address or node id (needs load.cluster or --ray); its password"
+        " variable is then read there. null = read from this machine",
+    )
 
 
 def _check_nodes(nodes: list[PowerNodeSpec]) -> None:
@@ -814,12 +821,13 @@ def _check_nodes(nodes: list[PowerNodeSpec]) -> None:
                 f"power node '{node.name}' has source 'none': a sum over nodes needs every"
                 " node measured; set power.source 'none' (without nodes) to measure none"
             )
-    boards = [node.name for node in nodes if node.source == "board"]
+    boards = [node.name for node in nodes if node.source == "board" and node.ray_node is None]
     if len(boards) > 1:
         raise ValueError(
             f"power nodes {', '.join(boards)} all have source 'board', which reads NVML on"
             " this machine: only one node can be this machine; read the other nodes' GPUs"
-            " through their exporters (source 'prometheus') or a command"
+            " on their own machines (ray_node: the Ray node that runs there), through their"
+            " exporters (source 'prometheus') or a command"
         )
     scopes = {node.name: node.reading_scope for node in nodes}
     if len(set(scopes.values())) > 1:
