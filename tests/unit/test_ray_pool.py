@@ -144,3 +144,13 @@ def test_an_actor_lagging_alone_makes_the_probe_client_bound():
 
     reasons = lagging_actors([actor(0, 0.3), actor(1, 25.0), actor(2, None), actor(3, 10.0)])
     assert reasons == ["load actor 1 on node 10.0.0.1 (node1node1no): p99 send lag 25.0 ms > 10 ms"]
+
+
+def test_without_ray_the_message_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from tokenwatt.load import ray_pool
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    with pytest.raises(ClusterError, match=r"pip install 'tokenwatt\[ray\]'"):
+        ray_pool.connect(LoadClusterSpec(address="127.0.0.1:6379"))
