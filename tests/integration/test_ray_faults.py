@@ -1,34 +1,27 @@
 """The load generator's Ray cluster when things go wrong (tests/ray_cluster.py): a node lost
-mid-probe, the server's own host, a cluster that does not answer."""
+mid-probe, the server's own host, a cluster that does not answer. One cluster for the module:
+each start costs seconds of both cores."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 
 import pytest
 
+from tests import factories
 from tests.measure_cli import kill_group, load_valid_run, measure_argv
-from tests.ray_cluster import cluster, cluster_spec, fresh_cluster, nginx_setup, wait_for_line
+from tests.ray_cluster import cluster_spec, fresh_cluster, nginx_setup, wait_for_line
 from tokenwatt.errors import ClusterError
 from tokenwatt.load.probe import LoadGenerator
+from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.spec import LoadClusterSpec
 
 ray = pytest.importorskip("ray", reason="Ray is part of the test install (.[dev,ray])")
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
-__all__ = ["cluster", "fresh_cluster"]  # fixtures
-
-
-async def test_the_server_host_is_left_out_unless_asked(nginx_sse, cluster):
-    spec, work = nginx_setup(nginx_sse)
-    # nginx-sse listens on loopback: this host runs the server, and both nodes are this host.
-    with pytest.raises(ClusterError, match="server_nodes: true"):
-        async with LoadGenerator(
-            spec.engine, work, cluster=LoadClusterSpec(address=cluster.address)
-        ):
-            pass
-    assert not ray.is_initialized()
+__all__ = ["fresh_cluster"]  # fixture
 
 
 async def test_an_unreachable_cluster_is_one_clear_error(nginx_sse):
@@ -38,8 +31,24 @@ async def test_an_unreachable_cluster_is_one_clear_error(nginx_sse):
             pass
 
 
+def _join(cluster: LoadClusterSpec) -> None:
+    spec = factories.spec(engine={"endpoint": "http://127.0.0.1:9/v1", "model": "m"})
+
+    async def join() -> None:
+        async with LoadGenerator(
+            spec.engine, build_workload(spec, context_tokens=4096), cluster=cluster
+        ):
+            pass
+
+    asyncio.run(join())
+
+
 def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh_cluster):
     cluster, node = fresh_cluster
+    # A server on loopback runs on this host, and both nodes are this host: left out unless asked.
+    with pytest.raises(ClusterError, match="server_nodes: true"):
+        _join(LoadClusterSpec(address=cluster.address))
+    assert not ray.is_initialized()
     spec = cluster_spec(repo, tmp_path, cluster.address, window_s=8)
     out = tmp_path / "run.json"
     proc = subprocess.Popen(
@@ -66,9 +75,10 @@ def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh
     assert run.environment.load_cluster is not None
     assert len(run.environment.load_cluster.nodes) == 2
     first, lost, *after = run.probes
-    assert not first.client_bound
+    # (Whether a probe kept its pace is the box's business: CI's loaded one once made probe 0
+    # client-bound by its send lag. The lost probe is client-bound whatever the pace.)
     assert first.load_actors is not None
-    assert len(first.load_actors) == 2
+    assert len({a.node_id for a in first.load_actors}) == 2
     assert lost.client_bound
     assert lost.load_actors is not None
     gone = [a for a in lost.load_actors if a.lost]
@@ -80,12 +90,9 @@ def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh
     # Client side, never the server's: the survivor's requests cut by the stop are cancelled.
     assert set(lost.failures_by_cause) <= {"cancelled"}
     assert not lost.slo_pass
-    # The sweep goes on (its confirmation) on the node still alive.
-    assert [p.phase for p in after] == ["confirm"]
-    assert after[0].load_actors is not None
-    assert {a.node_id for a in after[0].load_actors} == {first.load_actors[0].node_id} - {
-        node.node_id
-    } or {a.node_id for a in after[0].load_actors} == {a.node_id for a in first.load_actors} - {
-        node.node_id
-    }
-    assert not after[0].client_bound
+    # The sweep goes on (a confirmation when a rate passed) on the node still alive only.
+    assert [p.phase for p in after] == (["confirm"] if first.slo_pass else [])
+    for probe in after:
+        assert probe.load_actors is not None
+        assert {a.node_id for a in probe.load_actors} == {cluster.head_node.node_id}
+        assert not any(a.lost for a in probe.load_actors)

@@ -14,12 +14,11 @@ import time
 
 import pytest
 
-from tests.measure_cli import kill_group, measure_argv, wait_gone
+from tests.measure_cli import children, kill_group, measure_argv, wait_gone
 from tests.ray_cluster import (
     actor_pids,
     cluster,
     cluster_spec,
-    fresh_cluster,
     nginx_setup,
     wait_for_line,
 )
@@ -30,7 +29,7 @@ from tokenwatt.sweep import ProbePlan
 ray = pytest.importorskip("ray", reason="Ray is part of the test install (.[dev,ray])")
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
-__all__ = ["cluster", "fresh_cluster"]  # fixtures
+__all__ = ["cluster"]  # fixture
 
 SLO = SloSpec(ttft_p99_ms=2000, tpot_p99_ms=200)
 DELAYS = {"X-Sim-TTFT-Ms": "200", "X-Sim-ITL-Ms": "20"}
@@ -74,8 +73,7 @@ async def test_ray_actors_measure_what_local_workers_measure(nginx_sse, cluster)
     assert remote.slo_pass == (not remote.client_bound)
 
 
-def test_ctrl_c_stops_every_actor_within_a_second(repo, tmp_path, fresh_cluster):
-    cluster, _ = fresh_cluster
+def test_ctrl_c_stops_every_actor_within_a_second(repo, tmp_path, cluster):
     spec = cluster_spec(repo, tmp_path, cluster.address, window_s=30)
     out = tmp_path / "run.json"
     before = set(actor_pids())  # other tests' actors, on their way out
@@ -95,6 +93,9 @@ def test_ctrl_c_stops_every_actor_within_a_second(repo, tmp_path, fresh_cluster)
                 time.sleep(0.1)
             actors = sorted(set(actor_pids()) - before)
             assert len(actors) == 2, actors
+            shards = [pid for actor in actors for pid in children(actor)]
+            assert len(shards) >= 2, shards  # each actor's worker process
+            actors += shards
             time.sleep(2.0)
             os.killpg(proc.pid, signal.SIGINT)
             sent = time.monotonic()
