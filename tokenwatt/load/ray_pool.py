@@ -266,7 +266,7 @@ class ShardActor:
 
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
-            "node_ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "node_ip": ray.util.get_node_ip_address(),
             "hostname": socket.gethostname(),
             "pid": self._process.pid or 0,
             "actor_pid": os.getpid(),
