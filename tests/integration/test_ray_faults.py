@@ -49,7 +49,7 @@ def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh
     with pytest.raises(ClusterError, match="server_nodes: true"):
         _join(LoadClusterSpec(address=cluster.address))
     assert not ray.is_initialized()
-    spec = cluster_spec(repo, tmp_path, cluster.address, window_s=8)
+    spec = cluster_spec(repo, tmp_path, cluster.address, window_s=5)
     out = tmp_path / "run.json"
     proc = subprocess.Popen(
         measure_argv(spec, out, "--no-accuracy"),
@@ -62,7 +62,7 @@ def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh
     with proc:
         try:
             seen = wait_for_line(proc, r"probe 1 \(rates\)", 180)
-            time.sleep(3.0)  # inside probe 1's window
+            time.sleep(2.5)  # inside probe 1's window (1 s warm-up, 5 s)
             cluster.remove_node(node, allow_graceful=False)  # its raylet and actor, killed
             _, err = proc.communicate(timeout=180)
         finally:
