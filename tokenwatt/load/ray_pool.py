@@ -59,6 +59,7 @@ from tokenwatt.load._shard import (
     ShardResult,
 )
 from tokenwatt.load._workers import WorkerInit, worker_logging, worker_main
+from tokenwatt.load.record import send_lags_ms
 from tokenwatt.schema.run import LoadActor, LoadCluster, LoadNode
 from tokenwatt.schema.spec import LoadClusterSpec
 
@@ -697,12 +698,11 @@ class RayPool:
 
 
 def _lag_p99(result: ShardResult | None) -> float | None:
-    if result is None:
+    """One actor's p99 send lag, by the probe record's own definition of a send lag."""
+    if result is None or not result.window:
         return None
-    lags = [lag for r in result.window if (lag := r.send_lag_ms) is not None]
-    if not lags:
-        return None
-    return max(0.0, metrics.nearest_rank(np.sort(np.asarray(lags, dtype=np.float64)), 99))
+    lags = np.sort(np.asarray(send_lags_ms(result.window), dtype=np.float64))
+    return metrics.nearest_rank(lags, 99.0)
 
 
 def lagging_actors(actors: Sequence[LoadActor]) -> list[str]:

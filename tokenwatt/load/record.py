@@ -37,7 +37,7 @@ from tokenwatt.schema.run import (
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.telemetry import engine_telemetry
 
-__all__ = ["StopNote", "build_probe_record"]
+__all__ = ["StopNote", "build_probe_record", "send_lags_ms"]
 
 _NS = 1e9
 
@@ -55,6 +55,14 @@ class StopNote:
     """The window's verdict that was certain at the stop."""
 
 
+def send_lags_ms(window: Sequence[RequestResult]) -> list[float]:
+    """Each request's send lag, ms, as a probe record holds it.
+
+    At least 0 (the pacer's spin may send a hair early); 0 outside a probe (no scheduled time).
+    """
+    return [max(0.0, r.send_lag_ms or 0.0) for r in window]
+
+
 def _table(
     window: Sequence[RequestResult], window_start_ns: int, *, sessions: bool = False
 ) -> RequestTable:
@@ -63,7 +71,7 @@ def _table(
     reasoning = any(r.reasoning_events or r.reasoning_tokens for r in rows)
     return RequestTable(
         t_sched_s=[((r.t_sched_ns or 0) - window_start_ns) / _NS for r in rows],
-        send_lag_ms=[max(0.0, r.send_lag_ms or 0.0) for r in rows],
+        send_lag_ms=send_lags_ms(rows),
         ttft_ms=[r.ttft_ms if good else None for r, good in zip(rows, ok, strict=True)],
         tpot_ms=[r.tpot_ms if good else None for r, good in zip(rows, ok, strict=True)],
         e2e_ms=[r.e2e_ms if good else None for r, good in zip(rows, ok, strict=True)],
