@@ -69,6 +69,8 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
         sweep["budget_s"] = args.budget
     if args.precision is not None:
         sweep["precision_pct"] = args.precision
+    if args.ramp:
+        sweep["ramp"] = True
     if sweep:
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
     if args.warmup is not None:
@@ -84,7 +86,10 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
     return with_spec(loaded, spec)
 
 
-def truth_of(loaded: LoadedSpec, trials: list[PlanTrial]) -> float:
+def truth_of(loaded: LoadedSpec, trials: list[PlanTrial], given: float | None = None) -> float:
+    if given is not None:
+        print(f"truth {given:.4f} req/s (given with --truth, not bisected)", file=sys.stderr)
+        return given
     estimates = [t.estimate.capacity_rps for t in trials if t.estimate.capacity_rps]
     centre = statistics.median(estimates) if estimates else loaded.spec.sweep.start_rps
     t0 = time.process_time()
@@ -120,9 +125,14 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
     loaded = configured(args.spec, args)
     spec = loaded.spec
     trials = trials_of(loaded, list(range(args.seed, args.seed + args.trials)), args.quick)
-    truth = truth_of(loaded, trials)
+    truth = truth_of(loaded, trials, args.truth)
     errors = [
         abs(t.estimate.capacity_rps - truth) / truth * 100
+        for t in trials
+        if t.estimate.capacity_rps is not None
+    ]
+    signed = [
+        (t.estimate.capacity_rps - truth) / truth * 100
         for t in trials
         if t.estimate.capacity_rps is not None
     ]
@@ -140,6 +150,10 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
         "trials": len(trials),
         "truth_rps": truth,
         "median_abs_error_pct": statistics.median(errors) if errors else None,
+        "mean_error_pct": statistics.fmean(signed) if signed else None,
+        "sd_error_pct": statistics.stdev(signed) if len(signed) > 1 else None,
+        "ramped_probes": sum(1 for t in trials for p in t.probes if p.ramp is not None),
+        "probes": sum(len(t.probes) for t in trials),
         "coverage_bounded": covered / len(bounded) if bounded else None,
         "coverage_all": (covered + len(trials) - len(bounded)) / len(trials),
         "unbounded": len(trials) - len(bounded),
@@ -307,6 +321,10 @@ def main() -> None:
     ap.add_argument("--precision", type=float, help="sweep.precision_pct (adaptive)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--warmup", type=float, help="measurement.warmup_s instead of the spec's")
+    ap.add_argument("--ramp", action="store_true", help="sweep.ramp: probes ramp from the last")
+    ap.add_argument(
+        "--truth", type=float, help="accuracy: the truth, req/s, as measured before (no bisection)"
+    )
     ap.add_argument(
         "--unpaired", action="store_true", help="compare: do not pair the runs on their streams"
     )

@@ -31,7 +31,11 @@
   fewer requests in flight than the rate implies: its latencies read low, and a capacity
   estimated from it high. Long answers make this large: with the seed's workload (chat-mix-v1
   with its full output lengths, up to 18,589 tokens) at its SLO's 50 ms per token, the seed's
-  45 s warm-up opens the window 23 % short.
+  45 s warm-up opens the window 23 % short. A probe that ramps (``sweep.ramp``,
+  :mod:`tokenwatt.sweep`) starts on the n requests the previous one left in flight; taken as a
+  steady-state population they still hold n E[(D - t)+] / E[D] at t, so its shortfall is the
+  one from idle times 1 - n / (lambda E[D]) (negative when the carried load was above this
+  rate's), and the audit records the carried share.
 """
 
 from __future__ import annotations
@@ -171,15 +175,18 @@ def _window_shortfall(d: np.ndarray, start_s: float, window_s: float) -> float:
     return float(area.mean()) / mean / window_s
 
 
-def steady_warmup_s(durations_s: Durations, target_pct: float) -> float:
-    """The shortest warm-up whose shortfall is at most ``target_pct`` % (pure; 0 if none needed).
+def steady_warmup_s(durations_s: Durations, target_pct: float, *, scale: float = 1.0) -> float:
+    """The shortest warm-up whose shortfall, times ``|scale|``, is at most ``target_pct`` % (pure).
 
-    Example: times 10, 20 and 30 s, 10 %: E[(D - t)+] = 2 at t = 24 (the 30 s request's 6 s / 3).
+    0 if none is needed. ``scale`` is a ramped probe's 1 - carried load share (see
+    :func:`steady_state`). Example: times 10, 20 and 30 s, 10 %: E[(D - t)+] = 2 at t = 24 (the
+    30 s request's 6 s / 3); with scale 0.5 the shortfall from idle may reach 20 %: t = 19.
     """
     d = np.asarray(durations_s, dtype=np.float64)
-    if not d.size or shortfall(d, 0.0) <= target_pct / 100.0:
+    factor = abs(scale)
+    if not d.size or factor * shortfall(d, 0.0) <= target_pct / 100.0:
         return 0.0
-    target = target_pct / 100.0
+    target = target_pct / 100.0 / factor
     top = float(d.max())
     if target <= 0.0:
         return top
@@ -187,18 +194,39 @@ def steady_warmup_s(durations_s: Durations, target_pct: float) -> float:
 
 
 def steady_state(
-    *, warmup_s: float, window_s: float, durations_s: Sequence[float]
+    *,
+    warmup_s: float,
+    window_s: float,
+    durations_s: Sequence[float],
+    rate_rps: float | None = None,
+    carried_requests: int | None = None,
 ) -> SteadyStateAudit:
-    """The steady-state audit of one probe from its window requests' times in the system."""
+    """The steady-state audit of one probe from its window requests' times in the system.
+
+    A ramped probe (``sweep.ramp``) started with ``carried_requests`` of the previous probe's
+    requests in flight. Taken as a steady-state population, their remaining times follow the
+    equilibrium residual law, so n of them still hold n E[(D - t)+] / E[D] at t, and the
+    shortfall is (1 - n / (rate E[D])) times the one from idle. Example: the times above, 2
+    req/s (steady load 40), 30 carried: the shortfall at 15 s is 1/4 x 1/3 = 1/12.
+    """
     d = np.asarray([x for x in durations_s if math.isfinite(x) and x >= 0.0], dtype=np.float64)
-    at_start = shortfall(d, warmup_s)
+    mean = float(d.mean()) if d.size else 0.0
+    carried_share: float | None = None
+    scale = 1.0
+    if carried_requests is not None and rate_rps is not None and rate_rps > 0 and mean > 0:
+        carried_share = carried_requests / (rate_rps * mean)
+        scale = 1.0 - carried_share
+    at_start = scale * shortfall(d, warmup_s)
     return SteadyStateAudit(
         requests=int(d.size),
-        mean_time_in_system_s=float(d.mean()) if d.size else 0.0,
+        mean_time_in_system_s=mean,
         longest_time_in_system_s=float(d.max()) if d.size else 0.0,
         warmup_s=warmup_s,
         shortfall_pct=at_start * 100.0,
-        window_shortfall_pct=_window_shortfall(d, warmup_s, window_s) * 100.0 if d.size else 0.0,
-        steady_warmup_s=steady_warmup_s(d, STEADY_STATE_SHORTFALL_PCT),
-        holds=at_start * 100.0 <= STEADY_STATE_SHORTFALL_PCT,
+        window_shortfall_pct=scale * _window_shortfall(d, warmup_s, window_s) * 100.0
+        if d.size
+        else 0.0,
+        steady_warmup_s=steady_warmup_s(d, STEADY_STATE_SHORTFALL_PCT, scale=scale),
+        carried_load_pct=carried_share * 100.0 if carried_share is not None else None,
+        holds=abs(at_start) * 100.0 <= STEADY_STATE_SHORTFALL_PCT,
     )

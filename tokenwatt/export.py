@@ -190,6 +190,7 @@ _PROBE_COLUMNS: list[ColumnSpec[ProbeRecord]] = [
         "int",
         lambda p: p.early_stop.cut_window_requests if p.early_stop else None,
     ),
+    ("ramp_carried_requests", "int", lambda p: p.ramp.carried_requests if p.ramp else None),
     (
         "early_stop_unsent_requests",
         "int",
@@ -378,6 +379,7 @@ _POINT_COLUMNS: list[ColumnSpec[tuple[ConfigResult, ProbePoint]]] = [
     ("send_lag_p99_ms", "float", lambda cp: cp[1].send_lag_p99_ms),
     ("stopped_early", "bool", lambda cp: cp[1].stopped_early),
     ("cut_requests", "int", lambda cp: cp[1].cut_requests),
+    ("carried_requests", "int", lambda cp: cp[1].carried_requests),
     ("ttft_over_pct", "float", lambda cp: cp[1].ttft_over_pct),
     ("tpot_over_pct", "float", lambda cp: cp[1].tpot_over_pct),
     ("engine_running_mean_requests", "float", lambda cp: cp[1].running_mean),

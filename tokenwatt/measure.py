@@ -73,7 +73,7 @@ from tokenwatt.schema.spec import (
     SweepSpec,
 )
 from tokenwatt.store import check_output, filled, load_run, save_run
-from tokenwatt.sweep import ProbePlan, Strategy, make_strategy
+from tokenwatt.sweep import ProbePlan, Strategy, make_strategy, ramped
 
 __all__ = [
     "QUICK",
@@ -507,6 +507,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             max_concurrency=eff_m.max_concurrency,
             metrics_url=metrics_url,
             cluster=load_cluster(spec, opts.ray_address),
+            ramp=eff_s.ramp,
         )
         if generator.cluster is not None:
             progress.phase("pre-flight", f"joining the Ray cluster at {generator.cluster.address}")
@@ -558,6 +559,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             if previous is not None:
                 _replay(opts, previous, sweep, state, progress, reused_accuracy=eff_a is not None)
             while (plan := sweep.next()) is not None:
+                plan = ramped(plan, state.probes[-1] if state.probes else None, eff_s, spec.slo)
                 index = len(state.probes)
                 progress.probe_started(plan, index, gen.workers_for(plan.rate_rps))
                 t0 = time.monotonic_ns()

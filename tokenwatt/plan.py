@@ -55,7 +55,7 @@ from tokenwatt.schema.spec import LoadedSpec, Spec, SweepStrategy
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import settings_from_spec
 from tokenwatt.sim.virtual import VirtualServer
-from tokenwatt.sweep import ProbePlan, SweepResult, make_strategy
+from tokenwatt.sweep import ProbePlan, SweepResult, make_strategy, ramped
 
 __all__ = [
     "PlanSummary",
@@ -161,6 +161,7 @@ def run_trial(
     probes: list[ProbeRecord] = []
     seconds: list[float] = []
     while (p := strategy.next()) is not None:
+        p = ramped(p, probes[-1] if probes else None, sweep, spec.slo)
         probe = server.probe(p, index=len(probes), slo=spec.slo)
         probes.append(probe.record)
         seconds.append(probe.seconds)
@@ -356,7 +357,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def _steady(trial: PlanTrial) -> tuple[float, float] | None:
-    """(largest shortfall %, largest warm-up needed s) over a trial's server-bound probes."""
+    """(largest |shortfall| %, largest warm-up needed s) over a trial's server-bound probes."""
     found = [
         p.audits.steady_state
         for p in trial.probes
@@ -364,7 +365,7 @@ def _steady(trial: PlanTrial) -> tuple[float, float] | None:
     ]
     if not found:
         return None
-    return max(a.shortfall_pct for a in found), max(a.steady_warmup_s for a in found)
+    return max(abs(a.shortfall_pct) for a in found), max(a.steady_warmup_s for a in found)
 
 
 def plan(

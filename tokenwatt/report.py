@@ -178,6 +178,7 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             send_lag_p99_ms=p.send_lag_p99_ms,
             stopped_early=p.early_stop is not None,
             cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
+            carried_requests=p.ramp.carried_requests if p.ramp is not None else None,
             ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms),
             tpot_over_pct=_over_pct(p, "tpot_ms", slo.tpot_p99_ms),
             running_mean=_round(p.engine.running_mean, 2) if p.engine else None,
@@ -468,13 +469,24 @@ def steady_state_note(run: RunFile) -> str | None:
     short = [a for a in found if not a.holds]
     if not short:
         return None
-    worst = max(short, key=lambda a: a.shortfall_pct)
+    worst = max(short, key=lambda a: abs(a.shortfall_pct))
     needed = max(a.steady_warmup_s for a in found)
+    if worst.shortfall_pct < 0:  # sweep.ramp from a faster probe: more load than steady state
+        state = (
+            f"{-worst.shortfall_pct:.0f} % more requests than a steady state holds were still in"
+            " the system, carried over from a faster probe"
+        )
+        effect = "latencies read high and the capacity low"
+    else:
+        state = (
+            f"{worst.shortfall_pct:.0f} % of the requests a steady state holds were not yet in"
+            " the system"
+        )
+        effect = "latencies read low and the capacity high"
     return (
         f"Run '{run.label}': its windows opened before the load was in steady state (warm-up"
-        f" {worst.warmup_s:g} s; {worst.shortfall_pct:.0f} % of the requests a steady state"
-        f" holds were not yet in the system, some stay {worst.longest_time_in_system_s:,.0f} s):"
-        f" latencies read low and the capacity high; a warm-up of about {needed:,.0f} s would"
+        f" {worst.warmup_s:g} s; {state}, some stay {worst.longest_time_in_system_s:,.0f} s):"
+        f" {effect}; a warm-up of about {needed:,.0f} s would"
         f" reach {audits.STEADY_STATE_SHORTFALL_PCT:g} %"
     )
 

@@ -60,19 +60,43 @@ only "over the SLO". Passing probes (every confirmation that is accepted, and so
 of the result) are never touched. ``benchmarks/sweep_cost.py`` measures both protocols on the
 simulator; the figures are in ``benchmarks/README.md``.
 
+**Ramp** (``sweep.ramp: true``; off by default, so the seed's protocol stays the default). A
+probe starts from an idle server, and the load in the system builds up over as long as the
+longest requests stay in it (the steady-state audit, :mod:`tokenwatt.audits`): with long answers
+a warm-up of a minute leaves the window a fifth short of its steady state. With the ramp, the
+requests the previous probe left in flight when its window requests had all finished (those
+sent while they drained) are not cancelled: they go on, and the next probe's arrivals start at
+once on top of them, so the warm-up only has to settle the difference between the two rates.
+With load L(r) = r E[D] at steady state and n requests carried over, the shortfall when the
+window opens is (1 - n / L(r)) times the one from idle (negative: the carried load is above the
+new rate's, and settles the same way). A probe ramps only from one that left no backlog
+(:func:`may_ramp`: not stopped early, not client-bound, its p99 TTFT within the bound, so no
+queue built up); otherwise the carried requests are cancelled first and it starts from idle as
+before. The record says which (``ramp``: from which probe, how many requests carried). The
+carried requests are never measured: a probe's window requests are its own.
+
 The module decides; it never sends a request. :class:`Sweep` hands out :class:`ProbePlan` s and
 is told whether each passed, so the same code drives real measurements, the simulator and tests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
 
-__all__ = ["MAX_DOWN_STEPS", "ProbePlan", "Strategy", "Sweep", "SweepResult", "make_strategy"]
+__all__ = [
+    "MAX_DOWN_STEPS",
+    "ProbePlan",
+    "Strategy",
+    "Sweep",
+    "SweepResult",
+    "make_strategy",
+    "may_ramp",
+    "ramped",
+]
 
 MAX_DOWN_STEPS = 8
 
@@ -95,10 +119,33 @@ class ProbePlan:
     """Stop the probe once its window has provably failed the SLO."""
     certify_pass: bool = False
     """Also stop it once its window provably meets the SLO, whatever the rest does."""
+    ramp: bool = False
+    """Start on the previous probe's requests still in flight (see "Ramp")."""
 
     def __post_init__(self) -> None:
         if not self.rate_rps > 0 or not self.window_s > 0 or self.warmup_s < 0:
             raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
+
+
+def may_ramp(previous: ProbeRecord | None, slo: SloSpec) -> bool:
+    """Whether the next probe may start on the load ``previous`` left running (see "Ramp").
+
+    Only when it left no backlog: it ran to its end (no early stop), the client kept pace, and
+    its window's p99 TTFT met the bound (a queue that built up would carry over instead).
+    """
+    if previous is None or previous.early_stop is not None or previous.client_bound:
+        return False
+    ttft = previous.ttft_ms.p99
+    return ttft is not None and ttft <= slo.ttft_p99_ms
+
+
+def ramped(
+    plan: ProbePlan, previous: ProbeRecord | None, sweep: SweepSpec, slo: SloSpec
+) -> ProbePlan:
+    """``plan`` set to ramp from ``previous`` when the spec asks for it and :func:`may_ramp`."""
+    if not sweep.ramp or not may_ramp(previous, slo):
+        return plan
+    return replace(plan, ramp=True)
 
 
 @dataclass

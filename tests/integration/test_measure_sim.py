@@ -205,7 +205,7 @@ def test_a_simulator_behind_a_url_is_marked_simulated(repo: Path, tmp_path: Path
         data["model"]["config"] = str(repo / "specs" / "models" / "Qwen__Qwen3-8B" / "config.json")
         data["accuracy"]["suite"] = str(repo / "specs" / "suites" / "gsm8k-200.jsonl")
         data["power"] = {"source": "prometheus", "url": sim.metrics_url, "sampling_hz": 5}
-        data["sweep"] = {"rates": [2]}
+        data["sweep"] = {"rates": [2], "ramp": True}
         spec = write_spec(tmp_path / "spec.yaml", data)
         out = tmp_path / "url-sim.json"
         done = run_measure(measure_argv(spec, out, "--quick"), cwd=repo)
@@ -217,3 +217,9 @@ def test_a_simulator_behind_a_url_is_marked_simulated(repo: Path, tmp_path: Path
     assert run.accuracy is not None
     assert run.accuracy.meaningful is False
     assert "says it is a simulator" in done.stderr
+    # sweep.ramp: the confirmation started on what the rate's probe left running
+    assert len(run.probes) >= 2
+    assert run.probes[0].ramp is None
+    ramp = run.probes[1].ramp
+    assert ramp is not None
+    assert ramp.from_probe == 0  # (at 2 req/s of short answers, few or none are in flight)

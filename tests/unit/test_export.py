@@ -23,15 +23,15 @@ from tokenwatt.schema.run import (
 )
 
 RUN_TABLES = {
-    "probes": 73,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 6 engine, 3 early stop,
-    # 4 sessions
+    "probes": 74,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 6 engine, 3 early stop,
+    # 1 ramp, 4 sessions
     "requests": 16,
     "power_samples": 7,  # 5 + one power column per GPU (two here)
     "power_gaps": 4,
     "engine_samples": 5,
     "accuracy_items": 8,
 }
-RESULT_TABLES = {"configs": 22, "probes": 22, "power_trace": 4}
+RESULT_TABLES = {"configs": 22, "probes": 23, "power_trace": 4}
 
 # A quantity's column ends in its unit; what is not a quantity is listed by name.
 UNITS: tuple[str, ...] = ("_ms", "_s", "_seconds", "_ns", "_rps", "_tok_s", "_w", "_kw", "_j")

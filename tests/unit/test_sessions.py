@@ -130,9 +130,10 @@ def test_think_times_are_drawn_per_turn_within_their_distribution():
     [
         ({"sweep": {"early_stop": True}}, "sweep.early_stop with workload.sessions"),
         ({"sweep": {"strategy": "adaptive"}}, "sweep.strategy 'adaptive' with workload.sessions"),
+        ({"sweep": {"ramp": True}}, "sweep.ramp with workload.sessions"),
     ],
 )
-def test_the_early_stop_and_the_adaptive_sweep_are_refused_with_sessions(
+def test_the_early_stop_the_adaptive_sweep_and_the_ramp_are_refused_with_sessions(
     tmp_path: Path, sections, needle
 ):
     data = factories.spec_dict(

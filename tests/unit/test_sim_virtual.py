@@ -150,3 +150,64 @@ def test_a_pass_is_certified_only_once_no_request_can_still_lower_a_percentile_c
     assert rec.slo_pass
     assert rec.tpot_ms.p99 is not None
     assert rec.tpot_ms.p99 <= spec.slo.tpot_p99_ms
+
+
+def test_a_ramped_probe_starts_on_the_requests_the_last_one_left_running():
+    spec, vs, workload = server()
+    first = vs.probe(
+        ProbePlan(phase="search", rate_rps=9.0, warmup_s=5, window_s=20), index=0, slo=spec.slo
+    ).record
+    assert first.ramp is None
+    plan = ProbePlan(phase="search", rate_rps=10.0, warmup_s=5, window_s=20, ramp=True)
+    ramped = vs.probe(plan, index=1, slo=spec.slo).record
+    # the same probe on an idle engine
+    _, idle_server, _ = server()
+    idle = idle_server.probe(
+        ProbePlan(phase="search", rate_rps=10.0, warmup_s=5, window_s=20), index=1, slo=spec.slo
+    ).record
+    assert ramped.ramp is not None
+    assert ramped.ramp.from_probe == 0
+    assert ramped.ramp.from_rate_rps == 9.0
+    # 9 req/s of answers that take seconds: dozens were still in flight
+    assert ramped.ramp.carried_requests > 10
+    # they are load, never measured: the window holds this probe's schedule, as from idle
+    assert ramped.window_requests == idle.window_requests
+    assert ramped.requests is not None
+    assert idle.requests is not None
+    assert sorted(ramped.requests.output_tokens) == sorted(idle.requests.output_tokens)
+    a_ramp, a_idle = ramped.audits.steady_state, idle.audits.steady_state
+    assert a_ramp is not None
+    assert a_idle is not None
+    assert a_ramp.carried_load_pct is not None
+    assert 50 < a_ramp.carried_load_pct < 110
+    assert a_idle.carried_load_pct is None
+    assert abs(a_ramp.shortfall_pct) < a_idle.shortfall_pct / 2
+    # more load in the engine over the window: its running batch is larger
+    assert ramped.running_batch_mean is not None
+    assert idle.running_batch_mean is not None
+    assert ramped.running_batch_mean > idle.running_batch_mean
+    # unique prompts stay unique across probes: the carried requests' blocks are not hit
+    assert ramped.engine is not None
+    assert idle.engine is not None
+    assert ramped.engine.prefix_cache_hit_rate_pct == pytest.approx(
+        idle.engine.prefix_cache_hit_rate_pct, abs=1.0
+    )
+    # a probe that does not ramp starts from idle again: the same record as on a fresh engine
+    again = vs.probe(
+        ProbePlan(phase="search", rate_rps=10.0, warmup_s=5, window_s=20), index=1, slo=spec.slo
+    ).record
+    assert again.ramp is None
+    assert again.ttft_ms == idle.ttft_ms
+    assert again.tpot_ms == idle.tpot_ms
+
+
+def test_a_probe_stopped_early_leaves_nothing_to_ramp_from():
+    spec, vs, _ = server()
+    stopped = vs.probe(
+        ProbePlan(phase="search", rate_rps=40.0, warmup_s=5, window_s=20, early_stop=True),
+        index=0,
+        slo=spec.slo,
+    ).record
+    assert stopped.early_stop is not None
+    plan = ProbePlan(phase="search", rate_rps=9.0, warmup_s=5, window_s=20, ramp=True)
+    assert vs.probe(plan, index=1, slo=spec.slo).record.ramp is None

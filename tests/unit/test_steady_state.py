@@ -67,3 +67,50 @@ def test_the_page_says_when_the_windows_opened_short_of_steady_state():
     assert steady_state_note(_run_with([10.0, 20.0, 30.0], warmup_s=45.0)) is None
     # a client-bound probe says nothing about the server's steady state
     assert steady_state_note(_run_with([10.0, 300.0], warmup_s=5.0, client_bound=True)) is None
+
+
+def test_a_ramped_probe_is_short_only_of_what_was_not_carried_over():
+    # times 10, 20, 30 s (mean 20) at 2 req/s: a steady load of 40 requests. 30 carried over
+    # make 3/4 of it, so a quarter of the shortfall from idle is left: 1/3 x 1/4 at 15 s.
+    a = audits.steady_state(
+        warmup_s=15, window_s=10, durations_s=[10, 20, 30], rate_rps=2.0, carried_requests=30
+    )
+    assert a.carried_load_pct == pytest.approx(75.0)
+    assert a.shortfall_pct == pytest.approx(100 / 12)
+    assert a.window_shortfall_pct == pytest.approx(18.75 / 4)
+    # the shortfall from idle may be 4 %: (30 - t) / 3 = 0.8 at t = 27.6
+    assert a.steady_warmup_s == pytest.approx(27.6, abs=1e-5)
+    assert not a.holds
+    # 60 carried: half again as many as the steady state holds, settling as they finish
+    over = audits.steady_state(
+        warmup_s=29, window_s=1, durations_s=[10, 20, 30], rate_rps=2.0, carried_requests=60
+    )
+    assert over.carried_load_pct == pytest.approx(150.0)
+    assert over.shortfall_pct == pytest.approx(-0.5 * (1 / 3) / 20 * 100)  # -0.83 %
+    assert over.holds  # within 1 % either way
+    # a probe from idle has no carried share
+    assert audits.steady_state(warmup_s=15, window_s=10, durations_s=[10]).carried_load_pct is None
+
+
+def test_steady_warmup_scaled_by_hand():
+    # with half the load carried over, the shortfall from idle may reach 20 %: t = 19, where
+    # ((20 - t) + (30 - t)) / 3 = 4
+    assert audits.steady_warmup_s([10, 20, 30], 10, scale=0.5) == pytest.approx(19.0, abs=1e-5)
+    assert audits.steady_warmup_s([10, 20, 30], 10, scale=-0.5) == pytest.approx(19.0, abs=1e-5)
+    assert audits.steady_warmup_s([10, 20, 30], 10, scale=0.0) == 0.0
+
+
+def test_the_page_says_when_a_carried_over_load_was_above_the_steady_state():
+    audit = audits.steady_state(
+        warmup_s=5.0,
+        window_s=10.0,
+        durations_s=[10.0, 20.0, 30.0],
+        rate_rps=2.0,
+        carried_requests=80,
+    )
+    probe = factories.probe(0, audits=ProbeAudits(steady_state=audit))
+    note = steady_state_note(factories.run(probes=[probe]))
+    assert note is not None
+    # scale 1 - 80/40 = -1: (5 + 15 + 25) / 3 / 20 = 75 % over
+    assert "75 % more requests than a steady state holds" in note
+    assert "latencies read high and the capacity low" in note

@@ -135,3 +135,28 @@ def test_next_is_idempotent_until_recorded():
 def test_a_probe_plan_refuses_what_cannot_be_run(rate, warmup, window):
     with pytest.raises(ValueError, match="need rate_rps > 0, window_s > 0 and warmup_s >= 0"):
         ProbePlan(phase="search", rate_rps=rate, warmup_s=warmup, window_s=window)
+
+
+def _slo():
+    from tokenwatt.schema.spec import SloSpec
+
+    return SloSpec(ttft_p99_ms=200.0, tpot_p99_ms=50.0)
+
+
+def test_a_probe_ramps_only_from_one_that_left_no_backlog():
+    from tests import factories
+    from tokenwatt.sweep import may_ramp, ramped
+
+    slo = _slo()
+    plan = ProbePlan(phase="search", rate_rps=2.0, warmup_s=1.0, window_s=10.0)
+    calm = factories.probe(0, ttft_ms=factories.stats(150.0))
+    assert may_ramp(calm, slo)
+    # a TPOT fail is no backlog; a TTFT fail, a client-bound probe or no probe at all is
+    assert may_ramp(factories.probe(0, passed=False, tpot_ms=factories.stats(60.0)), slo)
+    assert not may_ramp(factories.probe(0, passed=False, ttft_ms=factories.stats(250.0)), slo)
+    bound = factories.probe(0, passed=False, client_bound=True, client_bound_reasons=["lag"])
+    assert not may_ramp(bound, slo)
+    assert not may_ramp(None, slo)
+    assert ramped(plan, calm, SweepSpec(ramp=True), slo).ramp
+    assert not ramped(plan, calm, SweepSpec(), slo).ramp  # off unless the spec asks
+    assert not ramped(plan, None, SweepSpec(ramp=True), slo).ramp

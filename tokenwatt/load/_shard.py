@@ -233,6 +233,12 @@ class ShardPlan:
     """This shard's share of the concurrency cap."""
     early_stop: EarlyStopRule | None = None
     """Count window requests over the SLO as they finish (``sweep.early_stop``)."""
+    ramp: bool = False
+    """Start on the requests the previous probe left in flight (``sweep.ramp``); else they are
+    cancelled first."""
+    keep_running: bool = False
+    """At the end, leave the requests still in flight running (once every window request has
+    finished), for a next probe that ramps; else they are cancelled."""
 
 
 @dataclass(slots=True)
@@ -245,6 +251,8 @@ class ShardResult:
     """(first token, last token) of every request that produced two chunks or more, ns."""
     sent: int = 0
     """Requests sent in total (warm-up, window and drain)."""
+    carried: int = 0
+    """``sweep.ramp``: requests of earlier probes still in flight when this one started."""
     slot_waits: int = 0
     """Window requests that waited for a concurrency slot."""
     slot_wait_ns: int = 0
@@ -350,9 +358,12 @@ class Shard:
         its finished window requests, each time one of the first two grows (and, with
         ``report_finished``, each time a window request finishes).
         """
+        if not plan.ramp and self.client.in_flight:
+            self.client.cancel_all("the next probe starts from an idle server")
         self._stopped = False
         self._queue.clear()
-        self._in_flight = 0
+        # Requests the previous probe left running (sweep.ramp) hold their slots until they end.
+        self._in_flight = self.client.in_flight
         self._cap = max(1, plan.max_concurrency)
         self._window_pending = 0
         self._all_window_scheduled = False
@@ -362,7 +373,7 @@ class Shard:
         self._on_exceed = on_exceed or (lambda ttft, tpot, done: None)
         self._window_finished = 0
         self._watched.clear()
-        self._result = result = ShardResult()
+        self._result = result = ShardResult(carried=self._in_flight)
         warm_ns = round(plan.warmup_s * 1e9)
         end_ns = warm_ns + round(plan.window_s * 1e9)
         self._window_ns = (plan.t0_ns + warm_ns, plan.t0_ns + end_ns)
@@ -436,11 +447,14 @@ class Shard:
                 if watched.timer is not None:
                     watched.timer.cancel()
             self._watched.clear()
-            self.client.cancel_all(
-                "the probe was stopped before this window request finished"
-                if self._window_pending
-                else "the probe's window requests have all finished"
-            )
+            if self._window_pending or not plan.keep_running:
+                self.client.cancel_all(
+                    "the probe was stopped before this window request finished"
+                    if self._window_pending
+                    else "the probe's window requests have all finished"
+                )
+            # Requests left running report to a result nobody reads, until the next probe's.
+            self._result = ShardResult()
         return result
 
     def _io_hook(self) -> None:

@@ -71,7 +71,14 @@ from tokenwatt.load.ray_pool import RayPool
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
-from tokenwatt.schema.run import LoadActor, LoadCluster, LoadNode, ProbePhase, ProbeRecord
+from tokenwatt.schema.run import (
+    LoadActor,
+    LoadCluster,
+    LoadNode,
+    ProbePhase,
+    ProbeRamp,
+    ProbeRecord,
+)
 from tokenwatt.schema.spec import EngineSpec, LoadClusterSpec, SloSpec
 from tokenwatt.sweep import ProbePlan
 
@@ -150,6 +157,11 @@ class LoadGenerator:
         cluster: run the shards as Ray actors on this cluster's nodes instead of local worker
             processes (:mod:`tokenwatt.load.ray_pool`); ``max_workers`` then defaults to the
             cluster's actor budget.
+        ramp: ``sweep.ramp``: leave the requests still in flight when a probe's window requests
+            have all finished running, so that a next probe planned to ramp
+            (:attr:`~tokenwatt.sweep.ProbePlan.ramp`) starts on them (:mod:`tokenwatt.sweep`,
+            "Ramp"). A probe ramps only on the workers that ran the previous one: when it needs
+            more, they are replaced and it starts from idle (its record says so).
     """
 
     def __init__(
@@ -169,6 +181,7 @@ class LoadGenerator:
         spin_s: float = DEFAULT_SPIN_S,
         in_process: bool = False,
         cluster: LoadClusterSpec | None = None,
+        ramp: bool = False,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -202,6 +215,11 @@ class LoadGenerator:
         self._eligible_nodes = 1
         self._lost_nodes: set[str] = set()
         self._explicit_max_workers = max_workers is not None
+        self.ramp = ramp
+        self._left_running: tuple[int, float] | None = None
+        """(index, rate) of the last probe, when it left its requests in flight running."""
+        self._shard: Shard | None = None
+        """In process: one shard for every probe (a ramped probe takes over its requests)."""
         if cluster is not None and in_process:
             raise ValueError("in_process and cluster exclude each other")
 
@@ -332,6 +350,7 @@ class LoadGenerator:
             return self._pool
         if self._pool is not None:
             old, self._pool = self._pool, None
+            self._left_running = None  # closing the workers cancels what they left running
             await old.close()
         inits = [
             WorkerInit(
@@ -396,6 +415,8 @@ class LoadGenerator:
         early_stop, certify_pass = plan.early_stop, plan.certify_pass
         base_stream = index if stream is None else stream
         workers = self.workers_for(rate_rps)
+        if plan.ramp and self._pool is not None and len(self._pool) >= workers:
+            workers = len(self._pool)  # the workers holding the previous probe's requests
         tries = 0
         while True:
             record = await self._probe_once(
@@ -412,6 +433,7 @@ class LoadGenerator:
                 keep_requests=keep_requests,
                 early_stop=early_stop,
                 certify_pass=certify_pass,
+                ramp=plan.ramp,
             )
             pacing_bound = record.client_bound and not (
                 record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
@@ -449,6 +471,7 @@ class LoadGenerator:
         keep_requests: bool,
         early_stop: bool = False,
         certify_pass: bool = False,
+        ramp: bool = False,
     ) -> ProbeRecord:
         rule: EarlyStopRule | None = None
         tally: ExceedTally | None = None
@@ -481,6 +504,8 @@ class LoadGenerator:
         pool = await self._ensure_pool(workers)
         if pool is not None:
             workers = len(pool)  # a cluster short of nodes may grant fewer actors
+        ramp_from = self._left_running if ramp else None
+        self._left_running = None
         lead_s = pool.start_lead_s if isinstance(pool, RayPool) else _START_LEAD_S
         started = dt.datetime.now(dt.UTC)
         t0_ns = time.monotonic_ns() + int(lead_s * _NS)
@@ -518,11 +543,15 @@ class LoadGenerator:
                     shards=workers,
                     max_concurrency=_share(self.max_concurrency, workers, w),
                     early_stop=rule,
+                    ramp=ramp_from is not None,
+                    keep_running=self.ramp,
                 )
                 for w in range(workers)
             ]
             if pool is None:
-                shard = Shard(self.client, self.workload, spin_s=self.spin_s)
+                if self._shard is None:
+                    self._shard = Shard(self.client, self.workload, spin_s=self.spin_s)
+                shard = self._shard
 
                 def exceed(ttft: int, tpot: int, finished: int) -> None:
                     if tally is not None and tally.update(0, ttft, tpot, finished):
@@ -587,6 +616,15 @@ class LoadGenerator:
             keep_requests=keep_requests,
             lost_reasons=lost_reasons,
             load_actors=load_actors,
+            ramp=(
+                ProbeRamp(
+                    from_probe=ramp_from[0],
+                    from_rate_rps=ramp_from[1],
+                    carried_requests=sum(r.carried for r in results),
+                )
+                if ramp_from is not None
+                else None
+            ),
             stop=(
                 StopNote(
                     stopped_ns=tally.stopped_ns,
@@ -600,6 +638,17 @@ class LoadGenerator:
                 else None
             ),
         )
+        if self.ramp and record.early_stop is None and not lost_reasons:
+            self._left_running = (index, rate_rps)
+        if record.ramp is not None:
+            logger.info(
+                "probe %d started on %d request(s) probe %d left running",
+                index,
+                record.ramp.carried_requests,
+                record.ramp.from_probe,
+            )
+        elif ramp:
+            logger.info("probe %d could not ramp (new workers): it started from idle", index)
         if record.early_stop is not None:
             logger.info(
                 "probe %d stopped early (certain %s): %d of %d window requests over the TTFT"

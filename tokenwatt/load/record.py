@@ -30,6 +30,7 @@ from tokenwatt.schema.run import (
     LoadActor,
     ProbeAudits,
     ProbePhase,
+    ProbeRamp,
     ProbeRecord,
     RequestTable,
     SessionStats,
@@ -126,6 +127,7 @@ def build_probe_record(
     mean_turns: float = 1.0,
     lost_reasons: Sequence[str] = (),
     load_actors: Sequence[LoadActor] | None = None,
+    ramp: ProbeRamp | None = None,
 ) -> ProbeRecord:
     """Compute a probe's record from what its shards measured (pure).
 
@@ -153,6 +155,7 @@ def build_probe_record(
         lost_reasons: why the probe is client-side failed beyond what its requests show (a
             load actor or node lost mid-probe, :mod:`tokenwatt.load.ray_pool`).
         load_actors: Ray: where each shard ran, with its clock audit.
+        ramp: ``sweep.ramp``: the probe started on the previous one's requests still in flight.
     """
     window_start_ns = t0_ns + round(warmup_s * _NS)
     window_end_ns = window_start_ns + round(window_s * _NS)
@@ -235,6 +238,8 @@ def build_probe_record(
         statuses=table.status,
         warmup_s=warmup_s,
         window_s=window_s,
+        rate_rps=rate_rps,
+        carried_requests=ramp.carried_requests if ramp is not None else None,
     )
     return ProbeRecord(
         index=index,
@@ -265,6 +270,7 @@ def build_probe_record(
         client_bound=client_bound,
         client_bound_reasons=reasons,
         load_actors=list(load_actors) if load_actors is not None else None,
+        ramp=ramp,
         ttft_ms=ttft,
         ttfat_ms=ttfat,
         tpot_ms=tpot,
@@ -318,6 +324,8 @@ def _audits(
     statuses: Sequence[str],
     warmup_s: float,
     window_s: float,
+    rate_rps: float,
+    carried_requests: int | None,
 ) -> ProbeAudits:
     littles = None
     e2e_s = [r.e2e_ms / 1000.0 for r in window if r.ok]
@@ -346,6 +354,8 @@ def _audits(
             durations_s=[
                 (r.t_end_ns - r.t_send_ns) / 1e9 for r in window if r.status != "cancelled"
             ],
+            rate_rps=rate_rps,
+            carried_requests=carried_requests,
         )
         if window
         else None,

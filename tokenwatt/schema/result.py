@@ -211,6 +211,11 @@ class ProbePoint(StrictModel):
         default=0,
         description="Window requests in flight at the early stop, cancelled (counted in failed)",
     )
+    carried_requests: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="sweep.ramp: requests of the previous probe still in flight when this one"
+        " started (load, never measured); null = it started from an idle server",
+    )
     ttft_over_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
         default=None,
         description="Window requests over the TTFT bound (failed ones included), % of those"

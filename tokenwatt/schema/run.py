@@ -43,6 +43,7 @@ __all__ = [
     "PowerSample",
     "ProbeAudits",
     "ProbePhase",
+    "ProbeRamp",
     "ProbeRecord",
     "RequestTable",
     "ResumeInfo",
@@ -332,13 +333,19 @@ class SteadyStateAudit(StrictModel):
     mean_time_in_system_s: NonNegFloat = Field(description="Send to last byte (or failure), s")
     longest_time_in_system_s: NonNegFloat
     warmup_s: NonNegFloat
-    shortfall_pct: NonNegFloat = Field(
+    shortfall_pct: float = Field(
         description="Share of the steady-state load not yet in the system when the window"
-        " opened, E[(D - warm-up)+] / E[D], %"
+        " opened, (1 - carried load share) E[(D - warm-up)+] / E[D], %; negative when the load"
+        " carried over from a faster probe (sweep.ramp) was above this rate's"
     )
-    window_shortfall_pct: NonNegFloat = Field(description="The same, averaged over the window, %")
+    window_shortfall_pct: float = Field(description="The same, averaged over the window, %")
     steady_warmup_s: NonNegFloat = Field(
         description="The warm-up that would bring the shortfall to the audit's limit, s"
+    )
+    carried_load_pct: NonNegFloat | None = Field(
+        default=None,
+        description="sweep.ramp: requests carried over from the previous probe, as a share of"
+        " this rate's steady-state load (rate x mean time in system), %; null = from idle",
     )
     holds: bool = Field(description="The shortfall is within the limit (tokenwatt.audits)")
 
@@ -402,6 +409,16 @@ class LoadCluster(StrictModel):
     address: str = Field(description="As given (load.cluster.address or --ray)")
     ray_version: str
     nodes: list[LoadNode] = Field(default_factory=list, description="Alive when the run began")
+
+
+class ProbeRamp(StrictModel):
+    """A probe that started on the load the previous one left running (``sweep.ramp``)."""
+
+    from_probe: Annotated[int, Field(ge=0)] = Field(description="The probe it followed")
+    from_rate_rps: Annotated[float, Field(gt=0)]
+    carried_requests: Count = Field(
+        description="Requests of earlier probes still in flight when it started (never measured)"
+    )
 
 
 class ProbeRecord(StrictModel):
@@ -531,6 +548,11 @@ class ProbeRecord(StrictModel):
         default=None,
         description="Ray: where each shard ran and its clock audit; null = worker processes on"
         " the coordinator's host",
+    )
+    ramp: ProbeRamp | None = Field(
+        default=None,
+        description="sweep.ramp: the probe started on the previous probe's requests still in"
+        " flight; null = it started from an idle server",
     )
 
     @model_validator(mode="after")

@@ -627,6 +627,12 @@ class SweepSpec(StrictInputModel):
         description="Stop a probe as soon as it has provably failed the SLO (fewer"
         " probe-seconds, same decisions; such a probe's latency figures stay partial)",
     )
+    ramp: bool = Field(
+        default=False,
+        description="Start each probe on the load the previous one left running (its requests"
+        " still in flight go on) instead of an idle server, when that probe ended with no"
+        " backlog, so only the difference between two rates has to settle in the warm-up",
+    )
 
     @field_validator("rates")
     @classmethod
@@ -973,6 +979,12 @@ class Spec(StrictInputModel):
             return self
         # The early stop and the adaptive sweep's certification need the window's request
         # count before the probe starts; with sessions it depends on the replies' lengths.
+        if self.sweep.ramp:
+            raise ValueError(
+                "sweep.ramp with workload.sessions: a ramped probe starts on the previous"
+                " probe's requests still in flight, and a session's later turns would go on"
+                " being sent into the next probe; remove sweep.ramp"
+            )
         if self.sweep.early_stop:
             raise ValueError(
                 "sweep.early_stop with workload.sessions: the early stop needs the window's"

@@ -461,6 +461,23 @@ class EngineCore:
         self.free_blocks = self.config.num_blocks
         self.cache = PrefixCache()
 
+    def rebase(self, shift_s: float) -> None:
+        """Move the clock's origin ``shift_s`` later: every time held becomes ``shift_s`` less.
+
+        Virtual time runs each probe from 0; a probe that starts on the previous one's requests
+        (``sweep.ramp``) takes over its engine between two steps and rebases it. The power meter
+        restarts at the new origin (virtual probes measure no power).
+        """
+        for req in (*self.running, *self.waiting):
+            req.arrival_s -= shift_s
+            if req.first_scheduled_s is not None:
+                req.first_scheduled_s -= shift_s
+            if req.first_token_s is not None:
+                req.first_token_s -= shift_s
+            if req.last_token_s is not None:
+                req.last_token_s -= shift_s
+        self.meter = PowerMeter(idle_w=self.config.power.idle_w, t0_s=0.0)
+
     @property
     def has_work(self) -> bool:
         """Whether any request is running or waiting."""

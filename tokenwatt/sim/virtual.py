@@ -13,8 +13,11 @@ Differences from a measurement through ``tokenwatt sim``, all in the harness's f
 small: requests are "sent" exactly on schedule (no send lag, never client-bound), a token
 "arrives" at the end of the step that produced it (no network, no framing), and every probe
 starts with an idle engine (as it does in practice: the previous probe's requests are cancelled
-when its window requests have finished). The running batch is the engine's own time average over
-the window (what ``vllm:num_requests_running`` sampled on ``/metrics`` approximates).
+when its window requests have finished), unless it ramps (``sweep.ramp``,
+:mod:`tokenwatt.sweep`, "Ramp"): then it takes over the previous probe's engine with the
+requests still in it, as the load generator leaves them running. The running batch is the
+engine's own time average over the window (what ``vllm:num_requests_running`` sampled on
+``/metrics`` approximates).
 
 The prefix cache sees what the HTTP simulator would: the block hashes of each request's token
 ids when the workload shares prefixes (:mod:`tokenwatt.load.prefix`), else one distinct key per
@@ -47,7 +50,7 @@ from tokenwatt.load.engine_metrics import EngineMetrics, EngineReading
 from tokenwatt.load.record import StopNote, build_probe_record
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import exceeding_to_fail
-from tokenwatt.schema.run import ProbeRecord
+from tokenwatt.schema.run import ProbeRamp, ProbeRecord
 from tokenwatt.schema.spec import SloSpec
 from tokenwatt.sim.api import TextSource
 from tokenwatt.sim.engine import EngineConfig, EngineCore, SimRequest
@@ -86,6 +89,7 @@ class _Tracked:
         "t_sched_s",
         "times",
         "ttft_counted",
+        "carried",
     )
 
     def __init__(
@@ -109,6 +113,8 @@ class _Tracked:
         self.status = "ok"
         self.t_end_s = t_sched_s
         self.ttft_counted = False
+        self.carried = False
+        """Sent by an earlier probe (``sweep.ramp``): load, never measured here."""
 
     def notify(self, req: SimRequest, t_s: float) -> None:
         self.times.append(t_s)
@@ -149,6 +155,10 @@ class VirtualServer:
         self.ignore_eos = ignore_eos
         self._clock_ns = 0
         """Virtual monotonic clock: probes are laid end to end, as in a run."""
+        self._carry: _Carry | None = None
+        """What the last probe left in the engine, for a probe that ramps from it."""
+        self._key_base = 0
+        """Requests admitted by earlier probes: unique prompts' cache keys never repeat."""
 
     def _target_tokens(self, request: GenerationRequest | None, max_tokens: int) -> int:
         if request is None:
@@ -176,7 +186,8 @@ class VirtualServer:
             hashes = block_hashes(request.prompt_ids, cfg.block_size)
         elif caching:
             full = input_tokens // cfg.block_size
-            hashes = range(rid << 32, (rid << 32) + full)
+            key = self._key_base + rid
+            hashes = range(key << 32, (key << 32) + full)
         return self._target_tokens(None if self.ignore_eos else request, max_tokens), hashes
 
     def probe(
@@ -217,6 +228,7 @@ class VirtualServer:
                     ttft_ms=slo.ttft_p99_ms, tpot_ms=slo.tpot_p99_ms, count_waiting=self.ignore_eos
                 )
         t0_ns = self._clock_ns
+        carry, self._carry = (self._carry if plan.ramp else None), None
         run = _ProbeRun(
             self,
             rate_rps,
@@ -228,9 +240,13 @@ class VirtualServer:
             planned=planned,
             stop_on_fail=early_stop,
             stop_on_pass=certify_pass,
+            carry=carry,
         )
         end_s = run.run()
         self._clock_ns = t0_ns + round(end_s * _NS) + 1
+        self._key_base += len(run.tracked)
+        if run.stopped_s is None:  # an early stop cancels every request in flight
+            self._carry = _Carry(run.core, (round(end_s * _NS) + 1) / _NS, index, rate_rps)
         shard = run.shard_result(t0_ns)
         stop: StopNote | None = None
         if run.stopped_s is not None:
@@ -258,6 +274,15 @@ class VirtualServer:
             running_samples=[run.running_mean] if run.running_mean is not None else None,
             stop=stop,
             engine_readings=run.engine_readings(t0_ns),
+            ramp=(
+                ProbeRamp(
+                    from_probe=carry.index,
+                    from_rate_rps=carry.rate_rps,
+                    carried_requests=run.carried,
+                )
+                if carry is not None
+                else None
+            ),
         )
         return VirtualProbe(record=record, seconds=end_s)
 
@@ -270,6 +295,17 @@ class VirtualServer:
             if t >= w0:
                 count += 1
         return count  # pragma: no cover - arrival schedules never end
+
+
+@dataclass(frozen=True)
+class _Carry:
+    """The engine a probe left, with its requests still in flight (``sweep.ramp``)."""
+
+    core: EngineCore
+    shift_s: float
+    """The next probe's start on the old probe's clock."""
+    index: int
+    rate_rps: float
 
 
 class _ProbeRun:
@@ -288,6 +324,7 @@ class _ProbeRun:
         planned: int = 0,
         stop_on_fail: bool = False,
         stop_on_pass: bool = False,
+        carry: _Carry | None = None,
     ) -> None:
         self.server = server
         self.planned = planned
@@ -295,7 +332,7 @@ class _ProbeRun:
         self.stop_on_pass = stop_on_pass
         self.window_finished = 0
         self.stop_outcome: Literal["fail", "pass"] = "fail"
-        self.core = EngineCore(server.config)
+        self.core = EngineCore(server.config) if carry is None else carry.core
         self.rate_rps = rate_rps
         self.w0 = w0
         self.w1 = w1
@@ -318,6 +355,34 @@ class _ProbeRun:
         self._deadlines: list[tuple[float, int]] = []
         self._ttft_due: list[tuple[float, int]] = []
         self._just_finished: list[_Tracked] = []
+        self.carried = 0
+        if carry is not None:
+            self._take_over(carry)
+
+    def _take_over(self, carry: _Carry) -> None:
+        """Adopt the requests the previous probe left in the engine, on this probe's clock."""
+        shift = carry.shift_s
+        self.core.rebase(shift)
+        for req in (*self.core.running, *self.core.waiting):
+            old = req.listener
+            assert isinstance(old, _Tracked)
+            rec = _Tracked(
+                old.index,
+                old.t_sched_s - shift,
+                old.input_tokens,
+                old.max_tokens,
+                False,
+                self._just_finished,
+            )
+            rec.carried = True
+            rec.times = [t - shift for t in old.times]
+            rid = len(self.tracked)
+            rec.rid = rid
+            self.tracked.append(rec)
+            self._sim[rid] = req
+            req.listener = rec
+            heapq.heappush(self._deadlines, (rec.t_sched_s + self.server.request_timeout_s, rid))
+        self.carried = len(self.tracked)
 
     # -- driving ---------------------------------------------------------------------------
 
@@ -518,7 +583,10 @@ class _ProbeRun:
                 continue  # never sent: the probe had stopped
             reasoning = config.reasoning_tokens(rec.max_tokens) if chat else 0
             record = _request_result(rec, t0_ns, reasoning=reasoning)
-            result.sent += 1
+            if rec.carried:
+                result.carried += 1
+            else:
+                result.sent += 1
             first, last = record.t_first_ns, record.t_last_ns
             if first is not None and last is not None and last > first:
                 result.decode_intervals.append((first, last))
