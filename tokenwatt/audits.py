@@ -45,7 +45,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize
 
 from tokenwatt.client.openai import RequestResult
 from tokenwatt.schema.run import ConservationAudit, LittlesLawAudit, SteadyStateAudit, TokenAudit
@@ -182,6 +181,8 @@ def steady_warmup_s(durations_s: Durations, target_pct: float, *, scale: float =
     :func:`steady_state`). Example: times 10, 20 and 30 s, 10 %: E[(D - t)+] = 2 at t = 24 (the
     30 s request's 6 s / 3); with scale 0.5 the shortfall from idle may reach 20 %: t = 19.
     """
+    from scipy import optimize  # slow to import: on first use
+
     d = np.asarray(durations_s, dtype=np.float64)
     factor = abs(scale)
     if not d.size or factor * shortfall(d, 0.0) <= target_pct / 100.0:

@@ -53,7 +53,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from tokenwatt.schema.run import ProbeRecord, RequestTable
 from tokenwatt.schema.spec import SloSpec
@@ -388,6 +387,8 @@ def _fit(
     high: float | None,
 ) -> ConstraintFit | None:
     """The logistic fit of the chosen probes, or None when it cannot be made."""
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
     m = len(chosen)
     rates = np.array([c.rate_rps for c in chosen])
     if m < MIN_PROBES or np.ptp(np.log(rates)) == 0:
@@ -606,6 +607,8 @@ def relative_capacity(
     Returns:
         None when the fit is not possible (too few usable probes, or no positive slope).
     """
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
     bound = slo.ttft_p99_ms if binding == "ttft" else slo.tpot_p99_ms
     k_count = len(runs)
     rows = [_p99_rows(probes, binding, bound) for probes in runs]

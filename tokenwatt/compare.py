@@ -60,8 +60,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
-
 from tokenwatt import multiplicity
 from tokenwatt.capacity import RelativeCapacity, SloName, pct_of_log_ratio, relative_capacity
 from tokenwatt.schema.result import Fleet, MultipleComparison, Verdict, VerdictOutcome
@@ -148,6 +146,8 @@ def confidence_interval(
         percentage of the baseline mean, and the two-sided p-value; ``None`` with fewer than
         three repeats on either side or a zero baseline.
     """
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
     if len(tuned) < MIN_REPEATS_FOR_CI or len(baseline) < MIN_REPEATS_FOR_CI:
         return None
     base_mean = sum(baseline) / len(baseline)
@@ -436,6 +436,8 @@ def capacity_verdict(
             candidate judged; default: the one with key ``tuned``.
         confidence: the level of the interval (``relative`` must be fitted at it) and the MDE.
     """
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
     by_key = {c.key: c for c in configs}
     baseline, tuned = by_key.get("baseline"), by_key.get("tuned")
     if candidate is not None:

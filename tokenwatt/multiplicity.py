@@ -36,8 +36,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from scipy import stats as scipy_stats
-
 __all__ = [
     "CORRECTIONS",
     "FAMILY_ALPHA",
@@ -102,6 +100,8 @@ def change_p_value(log_ratio: float, se: float | None, *, drift_log: float, dof:
 
     1 when the standard error is unknown (the fit cannot bound the change).
     """
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
     if se is None or not se > 0 or dof < 1:
         return 1.0
     t = max(abs(log_ratio) - drift_log, 0.0) / se

@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import Field
-from scipy import stats as scipy_stats
 
 from tokenwatt import bounded, store
 from tokenwatt.capacity import (
@@ -379,6 +378,8 @@ def plan(
     truth_progress: Callable[[TruthStep], None] | None = None,
 ) -> PlanSummary:
     """Run ``trials`` virtual sweeps of a spec and summarise them (see the module docstring)."""
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
     if trials < 1:
         raise InputError("--trials must be at least 1")
     spec = loaded.spec
