@@ -648,7 +648,11 @@ class LoadGenerator:
                 record.ramp.from_probe,
             )
         elif ramp:
-            logger.info("probe %d could not ramp (new workers): it started from idle", index)
+            logger.info(
+                "probe %d could not ramp (no requests left running by a previous probe on these"
+                " workers): it started from an idle server",
+                index,
+            )
         if record.early_stop is not None:
             logger.info(
                 "probe %d stopped early (certain %s): %d of %d window requests over the TTFT"
