@@ -112,10 +112,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
     """Order the tests and plan the vLLM servers' lives.
 
-    Unit tests first, then the modules that need vLLM, then the rest; both vLLM servers start
-    now, in the background (60-90 s, mostly on one core, while the unit tests run on the other),
-    and each stops after the last test that needs it (an idle vLLM still takes a tenth of a
-    core). On pytest-xdist workers (``-n N --dist loadfile``, scripts/test's first part, which
+    Unit tests first, then the modules that need vLLM, then the rest; the vLLM servers start
+    now, in the background, one after the other in the order their tests come (55-60 s each on
+    a quiet box, twice that when two start at once), and each stops after the last test that
+    needs it (an idle vLLM still takes a tenth of a core). On pytest-xdist workers (``-n N --dist loadfile``, scripts/test's first part, which
     leaves vLLM to the quiet part) the many short unit modules go last instead, to even out the
     workers' ends, and a vLLM server starts only when a test asks for it. Whole modules move (a
     stable sort), so module fixtures are set up once.
@@ -142,16 +142,19 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     if last and not session.config.option.collectonly:
         starts = BackgroundStarts()
         if not worker:
-            for name in sorted(last):
-                _start_vllm(starts, name)
+            # One after the other, in the order the tests need them: the first tests start
+            # once their server is up, while the next one starts.
+            needed = [name for name in order if name in last]
+            for previous, name in zip([None, *needed], needed, strict=False):
+                _start_vllm(starts, name, after=previous)
         session.config.stash[_STARTS] = starts
         session.config.stash[_LAST_USER] = {id(items[i]): name for name, i in last.items()}
 
 
-def _start_vllm(starts: BackgroundStarts, name: str) -> None:
-    """Start fixture ``name``'s vLLM server in the background."""
+def _start_vllm(starts: BackgroundStarts, name: str, *, after: str | None = None) -> None:
+    """Start fixture ``name``'s vLLM server in the background (once ``after``'s has started)."""
     peer_name, *args = VLLM_STARTS[name]
-    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args)
+    starts.start(name, peer_name, SHARED / "peers" / "start-vllm-cpu.sh", *args, after=after)
 
 
 _STARTS: pytest.StashKey[BackgroundStarts] = pytest.StashKey()

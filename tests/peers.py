@@ -143,10 +143,19 @@ class BackgroundStarts:
     def __contains__(self, key: str) -> bool:
         return key in self._starts
 
-    def start(self, key: str, name: str, script: Path, *args: str) -> None:
-        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group)."""
+    def start(
+        self, key: str, name: str, script: Path, *args: str, after: str | None = None
+    ) -> None:
+        """Start ``script`` on a free port with ``args``, as peer ``name`` (a process group).
+
+        ``after``: start only once that peer has started (or failed to): two heavy servers
+        starting at once on two cores each take twice as long, so the first test waits for both.
+        """
+        before = self._starts.get(after) if after is not None else None
 
         def run() -> Peer:
+            if before is not None:
+                concurrent.futures.wait([before])
             port = free_port()
             try:
                 pid = run_start_script(script, str(port), *args)
