@@ -54,6 +54,7 @@ from typing import Literal
 
 import numpy as np
 
+from tokenwatt.metrics import TableColumn, table_column
 from tokenwatt.schema.run import ProbeRecord, RequestTable
 from tokenwatt.schema.spec import SloSpec
 
@@ -77,10 +78,19 @@ __all__ = [
     "pct_of_log_ratio",
     "probe_counts",
     "relative_capacity",
+    "slo_bounds",
     "stream_correlation",
 ]
 
-SloName = Literal["ttft", "tpot"]
+SloName = Literal["ttft", "ttfat", "tpot"]
+"""A bound of the SLO: the first-token one (``ttft``, or ``ttfat`` when the SLO names it) and
+``tpot``."""
+
+
+def slo_bounds(slo: SloSpec) -> dict[SloName, float]:
+    """The SLO's two bounds by name: its first-token bound (TTFT or TTFAT) and TPOT, ms."""
+    return {slo.first_token: slo.first_token_p99_ms, "tpot": slo.tpot_p99_ms}
+
 
 CONFIDENCE = 0.95
 TARGET_FRACTION = 0.01
@@ -192,7 +202,7 @@ def _expit(x: float) -> float:
 
 
 def exceedance(
-    table: RequestTable, column: str, bound_ms: float, *, skip_cancelled: bool = False
+    table: RequestTable, column: TableColumn, bound_ms: float, *, skip_cancelled: bool = False
 ) -> tuple[int, int]:
     """(requests counted, requests over ``bound_ms``) of one column of a probe's requests.
 
@@ -200,7 +210,7 @@ def exceedance(
     answer) is left out; cancelled ones (cut by an early stop) are left out on request.
     """
     n = k = 0
-    for status, value in zip(table.status, getattr(table, column), strict=True):
+    for status, value in zip(table.status, table_column(table, column), strict=True):
         if status == "cancelled" and skip_cancelled:
             continue
         if status != "ok":
@@ -220,14 +230,15 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
     bound's verdict is unknown: its cut requests say nothing about it), and its counts leave the
     cut requests out.
     """
-    out: dict[SloName, list[ProbeCounts]] = {"ttft": [], "tpot": []}
-    bounds: dict[SloName, float] = {"ttft": slo.ttft_p99_ms, "tpot": slo.tpot_p99_ms}
+    bounds = slo_bounds(slo)
+    out: dict[SloName, list[ProbeCounts]] = {name: [] for name in bounds}
     for p in probes:
         if p.client_bound or p.requests is None or p.window_requests == 0:
             continue
         stop = p.early_stop
         for name, bound in bounds.items():
-            n, k = exceedance(p.requests, f"{name}_ms", bound, skip_cancelled=stop is not None)
+            column: TableColumn = "tpot_ms" if name == "tpot" else slo.first_token_column
+            n, k = exceedance(p.requests, column, bound, skip_cancelled=stop is not None)
             if n == 0:
                 continue
             if stop is None:
@@ -238,7 +249,7 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
             elif stop.outcome == "pass":
                 passed = True
             else:
-                proved = stop.ttft_exceeding if name == "ttft" else stop.tpot_exceeding
+                proved = stop.tpot_exceeding if name == "tpot" else stop.ttft_exceeding
                 if proved < stop.exceeding_needed:
                     continue  # stopped by the other bound: this one's verdict is unknown
                 passed = False
@@ -470,7 +481,7 @@ def estimate_capacity(
     binding = min(finite, key=lambda name: finite[name].capacity_rps or math.inf)
     best = finite[binding]
     ci = best.ci_rps
-    other = finite.get("ttft" if binding == "tpot" else "tpot")
+    other = next((f for name, f in finite.items() if name != binding), None)
     if ci is not None and other is not None and other.ci_rps is not None:
         # The lower of two capacities: where the other bound's interval reaches below this
         # one's, either could bind; the interval of the minimum covers both.
@@ -548,7 +559,7 @@ def _p99_rows(probes: Sequence[ProbeRecord], name: SloName, bound_ms: float) -> 
     for p in probes:
         if p.client_bound or p.early_stop is not None or p.window_requests < MIN_WINDOW_REQUESTS:
             continue
-        p99 = (p.ttft_ms if name == "ttft" else p.tpot_ms).p99
+        p99 = (p.tpot_ms if name == "tpot" else p.first_token_ms(name)).p99
         if p99 is None or not math.isfinite(p99) or p99 <= 0:
             continue
         rows.append(
@@ -609,7 +620,7 @@ def relative_capacity(
     """
     from scipy import stats as scipy_stats  # slow to import: on first use
 
-    bound = slo.ttft_p99_ms if binding == "ttft" else slo.tpot_p99_ms
+    bound = slo_bounds(slo)[binding]
     k_count = len(runs)
     rows = [_p99_rows(probes, binding, bound) for probes in runs]
     if k_count < 2 or any(len(r) < 2 for r in rows):

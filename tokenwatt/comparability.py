@@ -53,9 +53,9 @@ class Difference:
         return f"{self.aspect}: {self.reference} has {self.want}; {self.other} has {self.got}"
 
 
-def slo_text(*, ttft_p99_ms: float, tpot_p99_ms: float) -> str:
-    """The latency objective, as differences name it."""
-    return f"p99 TTFT {ttft_p99_ms:g} ms, p99 TPOT {tpot_p99_ms:g} ms"
+def slo_text(*, first_token: str, first_token_p99_ms: float, tpot_p99_ms: float) -> str:
+    """The latency objective, as differences name it: ``p99 TTFT 2000 ms, p99 TPOT 50 ms``."""
+    return f"p99 {first_token.upper()} {first_token_p99_ms:g} ms, p99 TPOT {tpot_p99_ms:g} ms"
 
 
 def workload_key(spec: Spec) -> str:
@@ -83,7 +83,9 @@ RUN_ASPECTS: Mapping[str, Callable[[RunFile], str]] = {
     "hardware": _run_hardware,
     "model": _run_model,
     "SLO": lambda r: slo_text(
-        ttft_p99_ms=r.spec.slo.ttft_p99_ms, tpot_p99_ms=r.spec.slo.tpot_p99_ms
+        first_token=r.spec.slo.first_token,
+        first_token_p99_ms=r.spec.slo.first_token_p99_ms,
+        tpot_p99_ms=r.spec.slo.tpot_p99_ms,
     ),
     "workload": lambda r: workload_key(r.spec),
     "measurement durations": lambda r: (
@@ -104,7 +106,11 @@ def _result_simulated(result: ResultFile) -> bool:
 RESULT_ASPECTS: Mapping[str, Callable[[ResultFile], str]] = {
     "hardware": lambda r: f"{r.hardware.count} x {r.hardware.accelerator}",
     "model": lambda r: f"{r.model.name} ({r.model.quantization}, {r.model.parallelism})",
-    "SLO": lambda r: slo_text(ttft_p99_ms=r.slo.ttft_p99_ms, tpot_p99_ms=r.slo.tpot_p99_ms),
+    "SLO": lambda r: slo_text(
+        first_token=r.slo.first_token,
+        first_token_p99_ms=r.slo.first_token_p99_ms,
+        tpot_p99_ms=r.slo.tpot_p99_ms,
+    ),
     "workload": lambda r: workload_key(r.spec),
     "simulated": lambda r: simulated_text(_result_simulated(r)),
 }

@@ -55,6 +55,7 @@ from tokenwatt.schema.result import (
     ResultFile,
 )
 from tokenwatt.schema.run import LatencyStats, ProbeRecord, RunFile
+from tokenwatt.schema.spec import FirstToken
 from tokenwatt.telemetry import queue_growing
 
 __all__ = [
@@ -126,9 +127,17 @@ def pooled_p99_ms(probes: Sequence[ProbeRecord], column: TableColumn) -> float |
 
 
 def outcome_figures(
-    probes: Sequence[ProbeRecord], confirm: Sequence[int], confirmed_rate_rps: float | None
+    probes: Sequence[ProbeRecord],
+    confirm: Sequence[int],
+    confirmed_rate_rps: float | None,
+    *,
+    first_token: FirstToken = "ttft",
 ) -> OutcomeFigures:
-    """The confirmation's figures from its probes (``confirm``: their indices in ``probes``)."""
+    """The confirmation's figures from its probes (``confirm``: their indices in ``probes``).
+
+    The p99 TTFAT is there when a probe streamed reasoning, or when the SLO bounds it
+    (``first_token``; with no reasoning it is the TTFT).
+    """
     chosen = [probes[i] for i in confirm if i < len(probes)]
     reasoned = any(p.reasoning_tokens is not None for p in chosen)
     goodputs = [p.goodput_tok_s for p in chosen] if confirmed_rate_rps is not None else []
@@ -140,7 +149,9 @@ def outcome_figures(
         tpot_p99_ms=pooled_p99_ms(chosen, "tpot_ms"),
         slo_pass_count=sum(1 for p in chosen if p.slo_pass),
         approximate_output_requests=sum(p.approximate_output_tokens for p in chosen),
-        ttfat_p99_ms=pooled_p99_ms(chosen, "ttfat_ms") if reasoned else None,
+        ttfat_p99_ms=pooled_p99_ms(chosen, "ttfat_ms")
+        if reasoned or first_token == "ttfat"
+        else None,
         reasoning_tokens_pct=_reasoning_pct(chosen) if reasoned else None,
         approximate_reasoning_requests=sum(p.approximate_reasoning_tokens for p in chosen),
     )
@@ -322,15 +333,16 @@ def _check_probe(path: str, run: RunFile, probe: ProbeRecord) -> None:
     if probe.early_stop is None:
         # The verdict is recomputed from the requests, never taken from the file.
         passed = slo_pass(
-            ttft_ms=pooled_latency_stats([table], "ttft_ms"),
+            first_token_ms=pooled_latency_stats([table], run.spec.slo.first_token_column),
             tpot_ms=pooled_latency_stats([table], "tpot_ms"),
             slo=run.spec.slo,
             client_bound=probe.client_bound,
         )
         if passed != probe.slo_pass:
             raise ResultError(
-                f"{where}.slo_pass is {probe.slo_pass}, but its window requests' p99 TTFT and"
-                f" TPOT against the spec's SLO say {passed}; the run file is inconsistent"
+                f"{where}.slo_pass is {probe.slo_pass}, but its window requests' p99"
+                f" {run.spec.slo.first_token.upper()} and TPOT against the spec's SLO say"
+                f" {passed}; the run file is inconsistent"
             )
 
 
@@ -446,7 +458,12 @@ def figures_of(run: RunFile, *, path: str) -> ConfigFigures:
     if outcome is None:
         empty = OutcomeFigures(None, 0.0, [], None, None, 0, 0)
         return ConfigFigures(empty, capacity, None, None, None, None, strategy)
-    figures = outcome_figures(run.probes, outcome.confirm_probes, outcome.confirmed_rate_rps)
+    figures = outcome_figures(
+        run.probes,
+        outcome.confirm_probes,
+        outcome.confirmed_rate_rps,
+        first_token=run.spec.slo.first_token,
+    )
     _check_outcome(path, run, figures)
     accepted = accepted_probes(run)
     power = _power(path, run, accepted)

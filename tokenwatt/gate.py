@@ -113,7 +113,9 @@ class ConfigSummary(StrictModel):
     run_file: str | None = Field(description="The run file it came from")
     slo_capacity_rps: float | None = Field(description="SLO capacity, req/s")
     slo_capacity_ci_rps: list[float] | None = Field(description="Its 95 % interval, req/s")
-    binding_slo: Literal["ttft", "tpot"] | None = Field(description="The bound that sets it")
+    binding_slo: Literal["ttft", "ttfat", "tpot"] | None = Field(
+        description="The bound that sets it"
+    )
     confirmed_rate_rps: float | None = Field(description="Rate the sweep confirmed, req/s")
     goodput_tok_s: float = Field(description="SLO goodput at the confirmed rate, tok/s")
     ttft_p99_ms: float | None = Field(description="p99 TTFT at the confirmed rate, ms")

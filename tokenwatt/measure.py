@@ -332,9 +332,14 @@ def load_cluster(spec: Spec, ray_address: str | None) -> LoadClusterSpec | None:
     return cluster.model_copy(update={"address": ray_address})
 
 
-def _outcome(state: _State, sweep: Strategy) -> RunOutcome:
+def _outcome(state: _State, sweep: Strategy, spec: Spec) -> RunOutcome:
     result = sweep.result
-    figures = outcome_figures(state.probes, result.confirm_probes, result.confirmed_rate_rps)
+    figures = outcome_figures(
+        state.probes,
+        result.confirm_probes,
+        result.confirmed_rate_rps,
+        first_token=spec.slo.first_token,
+    )
     seconds = [ns / 1e9 for ns in state.probe_ns]
     search = [s for s, p in zip(seconds, state.probes, strict=True) if p.phase in search_phases]
     return RunOutcome(
@@ -659,7 +664,7 @@ def _replay(
 
 def _figures(state: _State, sweep: Strategy, sampler: Sampler | None, spec: Spec) -> None:
     """Outcome, power/energy and MBU from what was measured (stops the sampler)."""
-    state.outcome = _outcome(state, sweep)
+    state.outcome = _outcome(state, sweep, spec)
     confirm = [state.probes[i] for i in state.outcome.confirm_probes]
     accepted = confirm if state.outcome.confirmed_rate_rps is not None else []
     if sampler is not None:

@@ -24,10 +24,12 @@ better.
 **SLO pass**: a probe passes when the p99 TTFT and the p99 TPOT of its window requests are
 within ``slo.ttft_p99_ms`` and ``slo.tpot_p99_ms``, and it is not client-bound (the load
 generator, not the server, was the limit: see "Probe").
-For a reasoning model the TTFT bound applies to the first token of any kind, reasoning included;
-TTFAT is measured and reported (per probe, and pooled over the confirmation on the page) but not
-judged: ``slo.ttfat_p99_ms`` is refused with a message until the early stop, the capacity fit and
-the report's recomputation carry a third bound.
+For a reasoning model the TTFT bound applies to the first token of any kind, reasoning included.
+An SLO that names ``slo.ttfat_p99_ms`` instead bounds the time to the first *answer* token: the
+p99 TTFAT takes the p99 TTFT's place in the pass, in the early stop (a window request counts
+against the bound when its first answer token came later, when it failed, or when it is still
+without one once the bound has passed), in the capacity fit and in the verdict (binding
+``ttfat``). It is one or the other: a first-token bound on any token, or on the answer.
 
 **SLO goodput** of a probe: output tokens of its successful window requests ÷ its window.
 
@@ -78,6 +80,7 @@ __all__ = [
     "pooled_latency_stats",
     "request_throughput_rps",
     "slo_pass",
+    "table_column",
     "table_latency_stats",
 ]
 
@@ -196,7 +199,7 @@ def pooled_latency_stats(tables: Sequence[RequestTable], column: TableColumn) ->
     """
     values: list[float | None] = []
     for table in tables:
-        for status, value in zip(table.status, _column(table, column), strict=True):
+        for status, value in zip(table.status, table_column(table, column), strict=True):
             if status != "ok":
                 values.append(None)
             elif value is not None:
@@ -204,7 +207,7 @@ def pooled_latency_stats(tables: Sequence[RequestTable], column: TableColumn) ->
     return latency_stats(values)
 
 
-def _column(table: RequestTable, column: TableColumn) -> list[float | None]:
+def table_column(table: RequestTable, column: TableColumn) -> list[float | None]:
     """One timing column; ``ttfat_ms`` as the statistics read it.
 
     A table without the TTFAT column had no reasoning: TTFAT is TTFT. With it, a successful
@@ -305,15 +308,16 @@ def client_bound_reasons(
 
 
 def slo_pass(
-    *, ttft_ms: LatencyStats, tpot_ms: LatencyStats, slo: SloSpec, client_bound: bool
+    *, first_token_ms: LatencyStats, tpot_ms: LatencyStats, slo: SloSpec, client_bound: bool
 ) -> bool:
-    """The SLO pass: p99 TTFT and p99 TPOT within the SLO and not client-bound.
+    """The SLO pass: the p99 first-token time and p99 TPOT within the SLO, not client-bound.
 
-    A probe with no window requests, or whose p99 is unknown, does not pass.
+    ``first_token_ms``: the TTFT, or the TTFAT when the SLO bounds it (``slo.first_token``). A
+    probe with no window requests, or whose p99 is unknown, does not pass.
     """
-    if client_bound or ttft_ms.p99 is None or tpot_ms.p99 is None:
+    if client_bound or first_token_ms.p99 is None or tpot_ms.p99 is None:
         return False
-    return ttft_ms.p99 <= slo.ttft_p99_ms and tpot_ms.p99 <= slo.tpot_p99_ms
+    return first_token_ms.p99 <= slo.first_token_p99_ms and tpot_ms.p99 <= slo.tpot_p99_ms
 
 
 def littles_law_batch(

@@ -27,6 +27,7 @@ from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
 from tokenwatt.load.prefix import expected_hit_rate
 from tokenwatt.load.workload import CHAT_MIX_V1, mean_tokens
+from tokenwatt.metrics import TableColumn
 from tokenwatt.multiplicity import Correction
 from tokenwatt.schema.result import (
     CapacityFitSummary,
@@ -52,6 +53,7 @@ from tokenwatt.schema.spec import (
     ExponentialSeconds,
     FixedTokens,
     LognormalTokens,
+    SloSpec,
     Spec,
     TokenCount,
     UniformSeconds,
@@ -149,11 +151,20 @@ def _power_nodes(nodes: list[PowerNodeSummary] | None) -> dict[str, list[PowerNo
     return {"power_nodes": rounded}
 
 
+def _result_slo(slo: SloSpec) -> ResultSlo:
+    """The result's SLO: the first-token bound the spec judged (TTFT or TTFAT) and TPOT."""
+    return ResultSlo(
+        ttft_p99_ms=slo.ttft_p99_ms if slo.first_token == "ttft" else None,
+        ttfat_p99_ms=slo.ttfat_p99_ms,
+        tpot_p99_ms=slo.tpot_p99_ms,
+    )
+
+
 def _finite_or_none(value: float | None) -> float | None:
     return None if value is None or math.isinf(value) else value
 
 
-def _over_pct(probe: ProbeRecord, column: str, bound_ms: float) -> float | None:
+def _over_pct(probe: ProbeRecord, column: TableColumn, bound_ms: float) -> float | None:
     if probe.requests is None:
         return None
     n, k = capacity.exceedance(probe.requests, column, bound_ms, skip_cancelled=True)
@@ -179,7 +190,15 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             stopped_early=p.early_stop is not None,
             cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
             carried_requests=p.ramp.carried_requests if p.ramp is not None else None,
-            ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms),
+            ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms)
+            if slo.first_token == "ttft"
+            else None,
+            ttfat_p99_ms=_finite_or_none(p.first_token_ms("ttfat").p99)
+            if slo.first_token == "ttfat" or p.ttfat_ms is not None
+            else None,
+            ttfat_over_pct=_over_pct(p, "ttfat_ms", slo.first_token_p99_ms)
+            if slo.first_token == "ttfat"
+            else None,
             tpot_over_pct=_over_pct(p, "tpot_ms", slo.tpot_p99_ms),
             running_mean=_round(p.engine.running_mean, 2) if p.engine else None,
             waiting_mean=_round(p.engine.waiting_mean, 2) if p.engine else None,
@@ -783,9 +802,7 @@ def build_result(
                 f" {model.kv_dtype.upper()} KV cache",
                 parallelism=f"{replicas} \u00d7 TP{model.tensor_parallel}",
             ),
-            slo=ResultSlo(
-                ttft_p99_ms=ref.spec.slo.ttft_p99_ms, tpot_p99_ms=ref.spec.slo.tpot_p99_ms
-            ),
+            slo=_result_slo(ref.spec.slo),
             workload=ResultWorkload(
                 trace=ref.spec.workload.trace,
                 input_tokens=_input_text(ref.spec),

@@ -131,12 +131,13 @@ def may_ramp(previous: ProbeRecord | None, slo: SloSpec) -> bool:
     """Whether the next probe may start on the load ``previous`` left running (see "Ramp").
 
     Only when it left no backlog: it ran to its end (no early stop), the client kept pace, and
-    its window's p99 TTFT met the bound (a queue that built up would carry over instead).
+    its window's p99 first-token time (TTFT, or TTFAT where the SLO bounds it) met the bound (a
+    queue that built up would carry over instead).
     """
     if previous is None or previous.early_stop is not None or previous.client_bound:
         return False
-    ttft = previous.ttft_ms.p99
-    return ttft is not None and ttft <= slo.ttft_p99_ms
+    first = previous.first_token_ms(slo.first_token).p99
+    return first is not None and first <= slo.first_token_p99_ms
 
 
 def ramped(

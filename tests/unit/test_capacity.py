@@ -48,6 +48,23 @@ def test_counts_follow_the_nearest_rank_rule():
     assert (tt.requests, tt.exceeding, tt.passed) == (200, 1, True)
 
 
+def test_an_slo_on_ttfat_counts_the_first_answer_token():
+    # 100 requests with TTFT 100 ms: 97 answer at 200 ms, one at 600 ms, one reasoned and never
+    # answered (+inf TTFAT), one failed. Against a 500 ms TTFAT bound 3 are over (k = 3 > 1
+    # allowed): the TTFAT bound fails where a TTFT bound of 500 ms would pass with 1 over.
+    tab = table([30.0] * 100, status=["ok"] * 99 + ["timeout"])
+    tab = tab.model_copy(update={"ttfat_ms": [200.0] * 97 + [600.0, None, None]})
+    p = probe_with(0, 10.0, tab, passed=False)
+    on_ttfat = SloSpec(ttfat_p99_ms=500.0, tpot_p99_ms=40.0)
+    counts = probe_counts([p], on_ttfat)
+    assert set(counts) == {"ttfat", "tpot"}
+    (first,) = counts["ttfat"]
+    assert (first.requests, first.exceeding, first.passed) == (100, 3, False)
+    (on_ttft,) = probe_counts([p], SloSpec(ttft_p99_ms=500.0, tpot_p99_ms=40.0))["ttft"]
+    assert (on_ttft.requests, on_ttft.exceeding, on_ttft.passed) == (100, 1, True)
+    assert capacity.slo_bounds(on_ttfat) == {"ttfat": 500.0, "tpot": 40.0}
+
+
 def test_client_bound_probes_are_left_out():
     p = probe_with(0, 10.0, table([30.0] * 100), client_bound=True, passed=False)
     assert probe_counts([p], SLO) == {"ttft": [], "tpot": []}

@@ -237,3 +237,25 @@ def test_tokens_inside_counts_chunks_in_the_half_open_window():
     r.output_tokens = 0
     assert tokens_inside(r, 10, 40) == 3.0
     assert tokens_inside(RequestResult(index=1, t_send_ns=0, t_end_ns=1, status="ok"), 0, 9) == 0
+
+
+def test_the_rule_of_an_slo_on_ttfat_counts_the_first_answer_token():
+    from tokenwatt.client.openai import RequestResult
+    from tokenwatt.load._shard import EarlyStopRule
+
+    on_ttft = EarlyStopRule.for_slo(SloSpec(ttft_p99_ms=100.0), count_waiting=True)
+    on_ttfat = EarlyStopRule.for_slo(SloSpec(ttfat_p99_ms=300.0), count_waiting=True)
+    assert (on_ttft.ttft_ms, on_ttft.first_answer) == (100.0, False)
+    assert (on_ttfat.ttft_ms, on_ttfat.first_answer) == (300.0, True)
+    # first token 20 ms after the send, first answer token 250 ms after it
+    r = RequestResult(index=0, t_send_ns=0, t_end_ns=400 * MS, status="ok")
+    r.t_first_ns, r.t_first_answer_ns = 20 * MS, 250 * MS
+    assert on_ttft.first_token_ms(r) == 20.0
+    assert on_ttfat.first_token_ms(r) == 250.0
+    # reasoning only, no answer: +inf against the TTFAT bound, as the statistics count it
+    r.t_first_answer_ns = None
+    assert on_ttft.first_token_ms(r) == 20.0
+    assert on_ttfat.first_token_ms(r) == math.inf
+    # no token at all: no value either way
+    r.t_first_ns = None
+    assert on_ttfat.first_token_ms(r) is None

@@ -153,16 +153,32 @@ def test_slo_pass():
     slo = SloSpec(ttft_p99_ms=100.0, tpot_p99_ms=10.0)
     ok = factories.stats(100.0)
     tpot = factories.stats(10.0)
-    assert metrics.slo_pass(ttft_ms=ok, tpot_ms=tpot, slo=slo, client_bound=False)
-    assert not metrics.slo_pass(ttft_ms=ok, tpot_ms=tpot, slo=slo, client_bound=True)
+    assert metrics.slo_pass(first_token_ms=ok, tpot_ms=tpot, slo=slo, client_bound=False)
+    assert not metrics.slo_pass(first_token_ms=ok, tpot_ms=tpot, slo=slo, client_bound=True)
     assert not metrics.slo_pass(
-        ttft_ms=factories.stats(100.1), tpot_ms=tpot, slo=slo, client_bound=False
+        first_token_ms=factories.stats(100.1), tpot_ms=tpot, slo=slo, client_bound=False
     )
     assert not metrics.slo_pass(
-        ttft_ms=ok, tpot_ms=LatencyStats(count=0), slo=slo, client_bound=False
+        first_token_ms=ok, tpot_ms=LatencyStats(count=0), slo=slo, client_bound=False
     )
     inf = LatencyStats(count=2, mean=INF, p50=1.0, p90=INF, p95=INF, p99=INF)
-    assert not metrics.slo_pass(ttft_ms=inf, tpot_ms=tpot, slo=slo, client_bound=False)
+    assert not metrics.slo_pass(first_token_ms=inf, tpot_ms=tpot, slo=slo, client_bound=False)
+
+
+def test_slo_pass_against_a_ttfat_bound():
+    # slo.ttfat_p99_ms bounds the first answer token instead: the first-token stats given are
+    # the TTFAT's, judged against 300 ms (the TTFT's default of 2,000 ms is not judged)
+    slo = SloSpec(ttfat_p99_ms=300.0, tpot_p99_ms=10.0)
+    assert slo.first_token == "ttfat"
+    assert slo.first_token_p99_ms == 300.0
+    assert slo.first_token_column == "ttfat_ms"
+    tpot = factories.stats(10.0)
+    assert metrics.slo_pass(
+        first_token_ms=factories.stats(300.0), tpot_ms=tpot, slo=slo, client_bound=False
+    )
+    assert not metrics.slo_pass(
+        first_token_ms=factories.stats(300.5), tpot_ms=tpot, slo=slo, client_bound=False
+    )
 
 
 def test_littles_law_hand_worked():

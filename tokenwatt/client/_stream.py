@@ -407,6 +407,11 @@ class StreamState:
         """Arrival of the first chunk with output text so far (None before it)."""
         return self._t_first
 
+    @property
+    def t_first_answer_ns(self) -> int | None:
+        """Arrival of the first chunk with answer text so far (after any reasoning; None before)."""
+        return self._t_first_answer
+
     # -- transport sink ---------------------------------------------------------------------
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:

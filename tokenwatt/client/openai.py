@@ -185,6 +185,11 @@ class Submitted:
         """Arrival of the first chunk with output text so far (None while waiting for it)."""
         return self._state.t_first_ns
 
+    @property
+    def t_first_answer_ns(self) -> int | None:
+        """Arrival of the first chunk with answer text so far (None while waiting for it)."""
+        return self._state.t_first_answer_ns
+
     def _stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

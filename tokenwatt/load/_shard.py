@@ -40,6 +40,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import math
 import resource
 import select
 import selectors
@@ -59,6 +60,7 @@ from tokenwatt.client.openai import (
 )
 from tokenwatt.load.session import Conversation, SessionTally
 from tokenwatt.load.workload import Workload
+from tokenwatt.schema.spec import SloSpec
 
 __all__ = [
     "EarlyStopRule",
@@ -123,7 +125,7 @@ class EarlyStopRule:
     """When a window request counts against the SLO before the probe is over."""
 
     ttft_ms: float
-    """TTFT bound: a window request over it (or failed) counts."""
+    """First-token bound: a window request over it (or failed) counts."""
     tpot_ms: float
     """TPOT bound: a finished window request over it (or failed) counts."""
     count_waiting: bool = True
@@ -133,6 +135,39 @@ class EarlyStopRule:
     report_finished: bool = False
     """Report every settled window request too (the pass certification counts them): failed,
     or finished with both a TTFT and a TPOT."""
+    first_answer: bool = False
+    """The first-token bound is on the first answer token (``slo.ttfat_p99_ms``): a request
+    that streamed reasoning and no answer counts as over it."""
+
+    @classmethod
+    def for_slo(
+        cls, slo: SloSpec, *, count_waiting: bool, report_finished: bool = False
+    ) -> EarlyStopRule:
+        """The rule of an SLO: its first-token bound (TTFT or TTFAT) and its TPOT bound."""
+        return cls(
+            ttft_ms=slo.first_token_p99_ms,
+            tpot_ms=slo.tpot_p99_ms,
+            count_waiting=count_waiting,
+            report_finished=report_finished,
+            first_answer=slo.first_token == "ttfat",
+        )
+
+    def first_token_ms(self, record: RequestResult) -> float | None:
+        """The request's time against the first-token bound, ms.
+
+        Its TTFT, or its TTFAT (+inf when it answered nothing after some output, as the
+        statistics count it).
+        """
+        if not self.first_answer:
+            return record.ttft_ms
+        if record.ttfat_ms is not None:
+            return record.ttfat_ms
+        return math.inf if record.ttft_ms is not None else None
+
+    def waiting(self, submitted: Submitted) -> bool:
+        """Whether the request still has no token the bound counts."""
+        first = submitted.t_first_answer_ns if self.first_answer else submitted.t_first_ns
+        return first is None
 
 
 class ExceedTally:
@@ -588,9 +623,10 @@ class Shard:
         watched.timer = None
         self._watched.discard(watched)
         submitted = watched.submitted
-        if self._stopped or submitted is None or submitted.done:
+        rule = self._rule
+        if self._stopped or submitted is None or submitted.done or rule is None:
             return
-        if submitted.t_first_ns is not None:
+        if not rule.waiting(submitted):
             return
         watched.ttft_counted = True
         result = self._result
@@ -606,7 +642,7 @@ class Shard:
         if rule is None or self._stopped:
             return
         result = self._result
-        ttft, tpot = record.ttft_ms, record.tpot_ms
+        ttft, tpot = rule.first_token_ms(record), record.tpot_ms
         if not record.ok or (ttft is not None and tpot is not None):
             # Settled: it has its value in both percentiles (a failure is +inf in both). A
             # request that ends with no text, or one token, leaves a percentile out, which

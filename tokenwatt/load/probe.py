@@ -488,11 +488,8 @@ class LoadGenerator:
         if early_stop or certify_pass:
             planned = self.window_requests(rate_rps, warmup_s, window_s, stream=stream)
             if planned > 0:
-                rule = EarlyStopRule(
-                    ttft_ms=slo.ttft_p99_ms,
-                    tpot_ms=slo.tpot_p99_ms,
-                    count_waiting=self.engine.ignore_eos,
-                    report_finished=certify_pass,
+                rule = EarlyStopRule.for_slo(
+                    slo, count_waiting=self.engine.ignore_eos, report_finished=certify_pass
                 )
                 tally = ExceedTally(
                     workers,

@@ -277,7 +277,12 @@ def build_probe_record(
         itl_ms=_itl_stats(window),
         e2e_ms=e2e,
         slo_pass=(early is None or early.outcome == "pass")
-        and metrics.slo_pass(ttft_ms=ttft, tpot_ms=tpot, slo=slo, client_bound=client_bound),
+        and metrics.slo_pass(
+            first_token_ms=ttft if slo.first_token == "ttft" else (ttfat or ttft),
+            tpot_ms=tpot,
+            slo=slo,
+            client_bound=client_bound,
+        ),
         workers=max(1, len(shards)),
         running_batch_mean=batch,
         batch_source=batch_source,

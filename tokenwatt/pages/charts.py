@@ -212,7 +212,7 @@ def _exceedance_chart(
     result: ResultFile,
     names: list[str],
     *,
-    which: Literal["ttft", "tpot"],
+    which: Literal["ttft", "ttfat", "tpot"],
     slo_ms: float,
     validate: bool,
 ) -> Chart | None:
@@ -304,7 +304,7 @@ def _latency_chart(
     result: ResultFile,
     names: list[str],
     *,
-    which: Literal["ttft", "tpot"],
+    which: Literal["ttft", "ttfat", "tpot"],
     slo_ms: float,
     validate: bool,
 ) -> Chart | None:
@@ -528,9 +528,13 @@ def charts_for(result: ResultFile, *, validate: bool = False) -> list[Chart]:
     charts: list[Chart | None] = [
         _capacity_chart(result, names, validate=validate),
         _goodput_chart(result, names, validate=validate),
-        _latency_chart(result, names, which="ttft", slo_ms=slo.ttft_p99_ms, validate=validate),
+        _latency_chart(
+            result, names, which=slo.first_token, slo_ms=slo.first_token_p99_ms, validate=validate
+        ),
         _latency_chart(result, names, which="tpot", slo_ms=slo.tpot_p99_ms, validate=validate),
-        _exceedance_chart(result, names, which="ttft", slo_ms=slo.ttft_p99_ms, validate=validate),
+        _exceedance_chart(
+            result, names, which=slo.first_token, slo_ms=slo.first_token_p99_ms, validate=validate
+        ),
         _exceedance_chart(result, names, which="tpot", slo_ms=slo.tpot_p99_ms, validate=validate),
         _engine_chart(result, names, validate=validate),
         _power_chart(result, names, validate=validate),

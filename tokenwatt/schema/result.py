@@ -7,14 +7,14 @@ gives the same JSON values. Everything after the seed's fields is an optional ad
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from tokenwatt.schema.base import Num, PowerKind, PowerSourceName, Role, StrictModel
 from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.limits import impossible_in_result
-from tokenwatt.schema.spec import Spec
+from tokenwatt.schema.spec import FirstToken, Spec
 
 __all__ = [
     "RESULT_ID_MAX_CHARS",
@@ -94,10 +94,44 @@ class ResultModel(StrictModel):
 
 
 class ResultSlo(StrictModel):
-    """The latency objective."""
+    """The latency objective: a first-token bound (TTFT, or TTFAT for reasoning) and TPOT."""
 
-    ttft_p99_ms: Annotated[float, Field(gt=0)]
+    ttft_p99_ms: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Bound on p99 TTFT, ms; absent when the first-token bound is on TTFAT",
+    )
+    ttfat_p99_ms: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Bound on p99 time to first answer token, ms, in place of ttft_p99_ms",
+    )
     tpot_p99_ms: Annotated[float, Field(gt=0)]
+
+    @model_validator(mode="after")
+    def _one_first_token_bound(self) -> ResultSlo:
+        if (self.ttft_p99_ms is None) == (self.ttfat_p99_ms is None):
+            raise ValueError("needs exactly one of ttft_p99_ms and ttfat_p99_ms")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _the_first_token_bound_only(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The seed's SLO has ttft_p99_ms and tpot_p99_ms only, and a result on TTFT is written
+        # exactly so; one on TTFAT has ttfat_p99_ms in its place.
+        data = handler(self)
+        if isinstance(data, dict):
+            data.pop("ttft_p99_ms" if self.ttfat_p99_ms is not None else "ttfat_p99_ms", None)
+        return data
+
+    @property
+    def first_token(self) -> FirstToken:
+        """The first-token time bounded."""
+        return "ttfat" if self.ttfat_p99_ms is not None else "ttft"
+
+    @property
+    def first_token_p99_ms(self) -> float:
+        """Its bound, ms."""
+        bound = self.ttfat_p99_ms if self.ttfat_p99_ms is not None else self.ttft_p99_ms
+        assert bound is not None  # the validator
+        return bound
 
 
 class ResultWorkload(StrictModel):
@@ -211,6 +245,15 @@ class ProbePoint(StrictModel):
         default=0,
         description="Window requests in flight at the early stop, cancelled (counted in failed)",
     )
+    ttfat_p99_ms: NonNeg | None = Field(
+        default=None,
+        description="p99 time to first answer token, ms, where the probe streamed reasoning or"
+        " the SLO bounds it; null = unbounded (failures), or not measured",
+    )
+    ttfat_over_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None,
+        description="Share of the window requests over the SLO's TTFAT bound (where it has one)",
+    )
     carried_requests: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
         description="sweep.ramp: requests of the previous probe still in flight when this one"
@@ -305,7 +348,7 @@ class CapacityFitSummary(StrictModel):
     logit(fraction of requests over the bound) = intercept + slope x ln(rate).
     """
 
-    slo: Literal["ttft", "tpot"]
+    slo: Literal["ttft", "ttfat", "tpot"]
     method: Literal["logistic", "bracket", "above_all", "below_all"] = Field(
         description="logistic: the fit; bracket: no fit, the measured bracket; above_all / below"
         "_all: no probe was over / within the bound"
@@ -466,7 +509,7 @@ class ConfigResult(StrictModel):
         description="95 % confidence interval of slo_capacity_rps, [low, high]; null when the"
         " probes do not bound it",
     )
-    binding_slo: Literal["ttft", "tpot"] | None = Field(
+    binding_slo: Literal["ttft", "ttfat", "tpot"] | None = Field(
         default=None, description="The bound that sets the capacity"
     )
     capacity_bracket_rps: list[NonNeg | None] | None = Field(
@@ -665,7 +708,10 @@ class ResultFile(StrictModel):
     def _verdicts_against_slo(self) -> list[str]:
         """Probes marked as passing whose own p99 breaks the SLO (or is unbounded)."""
         problems: list[str] = []
-        bounds = (("ttft_p99_ms", self.slo.ttft_p99_ms), ("tpot_p99_ms", self.slo.tpot_p99_ms))
+        bounds = (
+            (f"{self.slo.first_token}_p99_ms", self.slo.first_token_p99_ms),
+            ("tpot_p99_ms", self.slo.tpot_p99_ms),
+        )
         for i, config in enumerate(self.configs):
             for j, probe in enumerate(config.probes or []):
                 if not probe.slo_pass:

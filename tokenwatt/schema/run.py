@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from tokenwatt.schema.base import Num, PowerKind, PowerSourceName, Role, StrictModel
 from tokenwatt.schema.engine import EngineConfig
-from tokenwatt.schema.spec import MeasurementSpec, Spec
+from tokenwatt.schema.spec import FirstToken, MeasurementSpec, Spec
 
 __all__ = [
     "AccuracyEvidence",
@@ -554,6 +554,15 @@ class ProbeRecord(StrictModel):
         description="sweep.ramp: the probe started on the previous probe's requests still in"
         " flight; null = it started from an idle server",
     )
+
+    def first_token_ms(self, first_token: FirstToken) -> LatencyStats:
+        """The statistics of the first-token time an SLO bounds.
+
+        TTFT, or TTFAT (which is the TTFT when the probe streamed no reasoning).
+        """
+        if first_token == "ttfat" and self.ttfat_ms is not None:
+            return self.ttfat_ms
+        return self.ttft_ms
 
     @model_validator(mode="after")
     def _consistent(self) -> ProbeRecord:

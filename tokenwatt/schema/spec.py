@@ -40,6 +40,7 @@ __all__ = [
     "ArrivalSpec",
     "EngineSpec",
     "ExponentialSeconds",
+    "FirstToken",
     "FixedTokens",
     "GeometryOverrides",
     "HardwareSpec",
@@ -301,30 +302,64 @@ class ModelSpec(StrictInputModel):
         )
 
 
+FirstToken = Literal["ttft", "ttfat"]
+"""Which first-token time the SLO bounds: of any token (TTFT), or of the first answer token."""
+
+
 class SloSpec(StrictInputModel):
-    """The latency objective a probe must meet, over its window requests."""
+    """The latency objective a probe must meet, over its window requests.
+
+    The first-token bound is on TTFT (``ttft_p99_ms``, the first token of any kind, reasoning
+    included) or, for a reasoning model, on the time to first answer token (``ttfat_p99_ms``,
+    methodology "Request timings"): one or the other, never both.
+    """
 
     ttft_p99_ms: Annotated[float, Field(gt=0, le=_MAX_SECONDS * 1000)] = Field(
-        default=2000.0, description="Bound on p99 time to first token, ms"
+        default=2000.0,
+        description="Bound on p99 time to first token, ms (not judged when ttfat_p99_ms is set)",
+    )
+    ttfat_p99_ms: Annotated[float, Field(gt=0, le=_MAX_SECONDS * 1000)] | None = Field(
+        default=None,
+        description="Bound on p99 time to first answer token (after any reasoning), ms, in"
+        " place of ttft_p99_ms; null = the first-token bound is on TTFT",
     )
     tpot_p99_ms: Annotated[float, Field(gt=0, le=_MAX_SECONDS * 1000)] = Field(
         default=50.0, description="Bound on p99 time per output token, ms"
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _ttfat_not_judged_yet(cls, data: Any) -> Any:
-        # Named apart from an unknown key: reasoning runs measure TTFAT, and a user who reads
-        # the page will try to bound it. Judging it needs the early stop, the capacity fit and
-        # the report's recomputation to carry a third bound; until then it is refused clearly.
-        if isinstance(data, dict) and "ttfat_p99_ms" in data:
+    @model_validator(mode="after")
+    def _one_first_token_bound(self) -> SloSpec:
+        if self.ttfat_p99_ms is not None and "ttft_p99_ms" in self.model_fields_set:
             raise ValueError(
-                "ttfat_p99_ms is not judged yet: time to first answer token is measured and"
-                " reported for reasoning models (p99 on the page), but the SLO bounds only"
-                " ttft_p99_ms (first token of any kind, reasoning included) and tpot_p99_ms;"
-                " remove slo.ttfat_p99_ms"
+                "names both ttft_p99_ms and ttfat_p99_ms: the first-token bound is on one of"
+                " them (ttfat_p99_ms, for a reasoning model, bounds the first answer token;"
+                " ttft_p99_ms the first token of any kind); remove one"
             )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _one_first_token_bound_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The bound not judged is left out of a dump, so that it reads back (above) and a spec
+        # without ttfat_p99_ms is written as it always was.
+        data = handler(self)
+        if isinstance(data, dict):
+            data.pop("ttft_p99_ms" if self.ttfat_p99_ms is not None else "ttfat_p99_ms", None)
         return data
+
+    @property
+    def first_token(self) -> FirstToken:
+        """The first-token time the SLO bounds."""
+        return "ttfat" if self.ttfat_p99_ms is not None else "ttft"
+
+    @property
+    def first_token_column(self) -> Literal["ttft_ms", "ttfat_ms"]:
+        """Its column in a probe's request table."""
+        return "ttfat_ms" if self.ttfat_p99_ms is not None else "ttft_ms"
+
+    @property
+    def first_token_p99_ms(self) -> float:
+        """The bound on it, ms."""
+        return self.ttfat_p99_ms if self.ttfat_p99_ms is not None else self.ttft_p99_ms
 
 
 class FixedTokens(StrictInputModel):

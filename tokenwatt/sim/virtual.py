@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import heapq
+import math
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -224,9 +225,7 @@ class VirtualServer:
             planned = self._window_count(rate_rps, w0, w1, stream)
             if planned > 0:
                 needed = exceeding_to_fail(planned)
-                rule = EarlyStopRule(
-                    ttft_ms=slo.ttft_p99_ms, tpot_ms=slo.tpot_p99_ms, count_waiting=self.ignore_eos
-                )
+                rule = EarlyStopRule.for_slo(slo, count_waiting=self.ignore_eos)
         t0_ns = self._clock_ns
         carry, self._carry = (self._carry if plan.ramp else None), None
         run = _ProbeRun(
@@ -489,7 +488,7 @@ class _ProbeRun:
         while rule is not None and self._ttft_due and self._ttft_due[0][0] <= t:
             due, rid = heapq.heappop(self._ttft_due)
             rec = self.tracked[rid]
-            if not rec.done and not rec.times and self.stopped_s is None:
+            if not rec.done and len(rec.times) <= self._first_index(rec) and self.stopped_s is None:
                 rec.ttft_counted = True
                 self.ttft_exceeding += 1
                 self._check_stop(due)
@@ -501,7 +500,7 @@ class _ProbeRun:
         rule = self.rule
         if rule is None or self.stopped_s is not None:
             return
-        ttft, tpot = _ttft_tpot_ms(rec)
+        ttft, tpot = _ttft_tpot_ms(rec, first=self._first_index(rec))
         ok = rec.status == "ok"
         if not ok or (ttft is not None and tpot is not None):
             # Settled in both percentiles (see _shard.Shard._count_exceeding): only such
@@ -512,6 +511,17 @@ class _ProbeRun:
         if not ok or (tpot is not None and tpot > rule.tpot_ms):
             self.tpot_exceeding += 1
         self._check_stop(rec.t_end_s)
+
+    def _first_index(self, rec: _Tracked) -> int:
+        """Which of a request's tokens the first-token bound times.
+
+        Its first, or its first answer token (after the reasoning a chat answer streams first)
+        when the SLO bounds TTFAT.
+        """
+        rule = self.rule
+        if rule is None or not rule.first_answer or self.server.workload.api != "chat":
+            return 0
+        return self.server.config.reasoning_tokens(rec.max_tokens)
 
     def _check_stop(self, t: float) -> None:
         if self.stopped_s is not None:
@@ -600,11 +610,12 @@ class _ProbeRun:
         return result
 
 
-def _ttft_tpot_ms(rec: _Tracked) -> tuple[float | None, float | None]:
+def _ttft_tpot_ms(rec: _Tracked, *, first: int = 0) -> tuple[float | None, float | None]:
+    """(time to token ``first`` (+inf when the answer never got that far), TPOT), ms."""
     times = rec.times
     if not times:
         return None, None
-    ttft = (times[0] - rec.t_sched_s) * 1000.0
+    ttft = (times[first] - rec.t_sched_s) * 1000.0 if len(times) > first else math.inf
     tpot = (times[-1] - times[0]) / (len(times) - 1) * 1000.0 if len(times) > 1 else None
     return ttft, tpot
 
