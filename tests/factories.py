@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tokenwatt.schema.run import Environment, LatencyStats, ProbeRecord, RunFile, RunOutcome
@@ -428,3 +430,28 @@ def virtual_run(
             search_probe_seconds=trial.search_seconds,
         ),
     )
+
+
+def mooncake_in_miniature(shared: Path, out: Path, *, pairs: int = 8, blocks: int = 6) -> Path:
+    """Rows of the real Mooncake trace whose prompts share 3+ leading blocks, each after the
+    earlier row it shares them with, cut to ``blocks`` blocks of 128 tokens (vLLM CPU's block;
+    the trace's are 512) so that they fit the tiny model; 8 output tokens each."""
+    source = shared / "data/traces/mooncake_fast25/conversation_trace.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    first_with: dict[tuple[int, ...], int] = {}
+    chosen: list[int] = []
+    for j, row in enumerate(rows):
+        ids = row["hash_ids"]
+        depth = 0
+        while depth < len(ids) and tuple(ids[: depth + 1]) in first_with:
+            depth += 1
+        if depth >= 3 and len(chosen) < 2 * pairs:
+            chosen += [first_with[tuple(ids[:depth])], j]
+        for c in range(1, len(ids) + 1):
+            first_with.setdefault(tuple(ids[:c]), j)
+    lines = []
+    for i in chosen:
+        ids = rows[i]["hash_ids"][:blocks]
+        lines.append({"input_length": 128 * len(ids) - 37, "output_length": 8, "hash_ids": ids})
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return out

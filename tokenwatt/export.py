@@ -184,6 +184,11 @@ _PROBE_COLUMNS: list[ColumnSpec[ProbeRecord]] = [
         lambda p: p.engine.kv_cache_usage_mean_pct if p.engine else None,
     ),
     ("engine_preemptions", "int", lambda p: p.engine.preemptions if p.engine else None),
+    (
+        "engine_prefix_cache_hit_rate_pct",
+        "float",
+        lambda p: p.engine.prefix_cache_hit_rate_pct if p.engine else None,
+    ),
     ("early_stop_outcome", "str", lambda p: p.early_stop.outcome if p.early_stop else None),
     (
         "early_stop_cut_requests",
@@ -358,6 +363,7 @@ _CONFIG_COLUMNS: list[ColumnSpec[ConfigResult]] = [
     ("tokens_per_joule", "float", lambda c: c.tokens_per_joule),
     ("mbu_pct", "float", lambda c: c.mbu_pct),
     ("probe_seconds", "float", lambda c: c.probe_seconds),
+    ("prefix_expected_hit_rate_pct", "float", lambda c: c.prefix_expected_hit_rate_pct),
     ("accuracy_score_pct", "float", lambda c: c.accuracy.score if c.accuracy else None),
     ("accuracy_delta_pts", "float", lambda c: c.accuracy.delta_pts if c.accuracy else None),
 ]
@@ -386,6 +392,7 @@ _POINT_COLUMNS: list[ColumnSpec[tuple[ConfigResult, ProbePoint]]] = [
     ("engine_waiting_mean_requests", "float", lambda cp: cp[1].waiting_mean),
     ("engine_kv_cache_usage_mean_pct", "float", lambda cp: cp[1].kv_cache_usage_mean_pct),
     ("engine_preemptions", "int", lambda cp: cp[1].preemptions),
+    ("engine_prefix_cache_hit_rate_pct", "float", lambda cp: cp[1].prefix_cache_hit_rate_pct),
 ]
 
 

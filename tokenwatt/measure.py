@@ -44,6 +44,7 @@ from tokenwatt.gpus import preset
 from tokenwatt.inventory import read_inventory
 from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.open_files import ensure_open_files
+from tokenwatt.load.prefix import cache_block_tokens
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import Workload, build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
@@ -59,6 +60,7 @@ from tokenwatt.schema.run import (
     LoadCluster,
     MbuEvidence,
     PowerEvidence,
+    PrefixReuse,
     ProbeRecord,
     ResumeInfo,
     RunFile,
@@ -85,6 +87,7 @@ __all__ = [
     "effective_settings",
     "load_cluster",
     "measure",
+    "prefix_reuse",
 ]
 
 logger = logging.getLogger(__name__)
@@ -221,8 +224,10 @@ def _check_writable(out: Path, *, force: bool) -> None:
                 folder.rmdir()
 
 
-def check_spec_inputs(loaded: LoadedSpec) -> None:
+def check_spec_inputs(loaded: LoadedSpec) -> Workload:
     """Read every file a spec names as a measurement will (config, trace, suite), bounded.
+
+    Returns the workload they make (its context clip the model's, not yet the server's).
 
     ``tokenwatt validate`` and the pre-flight call it, so a bad trace (a NaN timestamp, a huge
     CSV field) or suite fails in a second, before any load, not inside a probe.
@@ -232,7 +237,7 @@ def check_spec_inputs(loaded: LoadedSpec) -> None:
     """
     geometry = geometry_for_spec(loaded)
     # Only reading here: the context requests are clipped to is the server's, learnt later.
-    build_workload(
+    workload = build_workload(
         loaded.spec,
         trace_file=loaded.trace_file,
         prompts_file=loaded.prompts_file,
@@ -240,6 +245,7 @@ def check_spec_inputs(loaded: LoadedSpec) -> None:
     )
     if loaded.suite_file is not None:
         load_suite(loaded.suite_file)
+    return workload
 
 
 _WARMUP_SAMPLE = 4096
@@ -317,6 +323,8 @@ class _State:
     """The interrupted run's power evidence, joined to this process's samples at the end."""
     load_cluster: LoadCluster | None = None
     """The Ray cluster the load workers ran on (``load.cluster`` or ``--ray``)."""
+    prefix_reuse: PrefixReuse | None = None
+    """The workload's expected prefix-cache reuse (shared prefixes only)."""
 
 
 def load_cluster(spec: Spec, ray_address: str | None) -> LoadClusterSpec | None:
@@ -402,6 +410,28 @@ def _run_file(
         mbu=state.mbu,
         accuracy=state.accuracy,
         resumed=state.resumed,
+        prefix_reuse=state.prefix_reuse,
+    )
+
+
+def prefix_reuse(
+    workload: Workload, spec: Spec, engine_config: EngineConfig | None = None
+) -> PrefixReuse | None:
+    """What the workload's shared prefixes should give the engine's cache, at its block size.
+
+    The block size: the engine's ``/metrics`` where read, else the simulator's, else vLLM's GPU
+    default.
+    """
+    if not workload.shares_prefixes:
+        return None
+    info = [(g.name, g.labels) for g in engine_config.info] if engine_config is not None else []
+    sim = spec.engine.sim if spec.engine.endpoint == "sim" else None
+    block, source = cache_block_tokens(info, sim_block_size=sim.block_size if sim else None)
+    rate = workload.expected_hit_rate(block)
+    if rate is None:
+        return None
+    return PrefixReuse(
+        expected_hit_rate_pct=round(100 * rate, 2), block_tokens=block, block_source=source
     )
 
 
@@ -503,6 +533,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             ),
         )
         _warn_short_warmup(workload, spec, eff_m)
+        state.prefix_reuse = prefix_reuse(workload, spec, state.engine_config)
         generator = LoadGenerator(
             spec.engine,
             workload,

@@ -25,7 +25,7 @@ from tokenwatt.comparability import run_differences
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
-from tokenwatt.load.prefix import expected_hit_rate
+from tokenwatt.load.prefix import DEFAULT_CACHE_BLOCK_TOKENS, expected_hit_rate
 from tokenwatt.load.workload import CHAT_MIX_V1, mean_tokens
 from tokenwatt.metrics import TableColumn
 from tokenwatt.multiplicity import Correction
@@ -84,9 +84,6 @@ CHAT_MIX_V1_TEXT = {
     "output_tokens": "median 256 \u00b7 p90 1,024",
 }
 """How the built-in chat-mix-v1 workload's lengths read on a page."""
-
-_PAGE_BLOCK_TOKENS = 16
-"""Cache block size the page's expected hit rate assumes (vLLM's default on GPUs)."""
 
 _ROLE_ORDER = {"baseline": 0, "tuned": 1, "other": 2}
 _TRACE_POINTS_MAX = 300
@@ -206,6 +203,9 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             if p.engine
             else None,
             preemptions=p.engine.preemptions if p.engine else None,
+            prefix_cache_hit_rate_pct=_round(p.engine.prefix_cache_hit_rate_pct, 2)
+            if p.engine
+            else None,
         )
         for p in run.probes
     ]
@@ -328,6 +328,9 @@ def _config(
         capacity_fits=_capacity_fits(figures),
         sweep_strategy=figures.sweep_strategy,
         engine_telemetry=figures.telemetry,
+        prefix_expected_hit_rate_pct=(
+            run.prefix_reuse.expected_hit_rate_pct if run.prefix_reuse is not None else None
+        ),
         audits=figures.audits,
         power_validity=figures.power_validity,
         engine_version=run.environment.engine_version,
@@ -369,29 +372,49 @@ def _tokens_text(count: TokenCount | None, trace: str, which: str) -> str:
     return f"median {count.median:,.0f} \u00b7 p90 {count.p90:,.0f}"
 
 
-def _prefix_text(spec: Spec) -> str | None:
-    """The shared prefixes, with the hit rate they should give (16-token blocks, steady state)."""
+def _prefix_text(run: RunFile) -> str | None:
+    """The shared prefixes, with the hit rate they should give.
+
+    The run's ``prefix_reuse`` (the engine's block size where it said it); a run recorded before
+    it: 16-token blocks, steady state, ``workload.prefix`` only.
+    """
+    spec = run.spec
     prefix = spec.workload.prefix
-    if prefix is None:
+    reuse = run.prefix_reuse
+    if prefix is not None:
+        text = (
+            f"{prefix.groups:,} \u00d7 {prefix.shared_tokens:,} tokens before each request's own"
+            " input tokens"
+        )
+    elif spec.workload.trace_prefix and reuse is not None:
+        text = (
+            f"the trace's hash_ids as {spec.workload.trace_block_tokens:,}-token blocks, identical"
+            " where the ids are"
+        )
+    else:
         return None
-    text = (
-        f"{prefix.groups:,} \u00d7 {prefix.shared_tokens:,} tokens before each request's own"
-        " input tokens"
-    )
+    if reuse is not None:
+        when = (
+            "once every prefix is cached" if prefix is not None else "one pass in the trace's order"
+        )
+        return (
+            f"{text}; expected prefix-cache hit rate {reuse.expected_hit_rate_pct:.1f} %"
+            f" ({reuse.block_tokens}-token blocks: {reuse.block_source}; {when})"
+        )
     own = spec.workload.input_tokens
     if own is None and spec.workload.trace == "chat-mix-v1":
         own = CHAT_MIX_V1[0]
-    if own is None:
+    if own is None or prefix is None:
         return f"{text} (own lengths from the trace)"
     rate = expected_hit_rate(
         groups=prefix.groups,
         shared_tokens=prefix.shared_tokens,
         own_tokens_mean=max(1.0, mean_tokens(own)),
-        block_tokens=_PAGE_BLOCK_TOKENS,
+        block_tokens=DEFAULT_CACHE_BLOCK_TOKENS,
     )
     return (
-        f"{text}; expected prefix-cache hit rate {rate * 100:.1f} % ({_PAGE_BLOCK_TOKENS}-token"
-        " blocks, once every prefix is cached)"
+        f"{text}; expected prefix-cache hit rate {rate * 100:.1f} % ({DEFAULT_CACHE_BLOCK_TOKENS}"
+        "-token blocks, once every prefix is cached)"
     )
 
 
@@ -780,7 +803,7 @@ def build_result(
     model = ref.spec.model
     replicas = f"{model.replicas} replica{'s' if model.replicas != 1 else ''}"
     reproduce = "\n".join(r.run.command for r in runs) + "\n\n" + report_command
-    prefix_text = _prefix_text(ref.spec)
+    prefix_text = _prefix_text(ref)
     sessions_text = _sessions_text(ref.spec)
     try:
         draft = ResultFile(

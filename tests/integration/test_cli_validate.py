@@ -292,6 +292,16 @@ def test_good_files_validate(capsys, seed_path, repo):
     assert out.count("ok ") == len(files)
 
 
+def test_a_spec_with_shared_prefixes_states_the_hit_rate_they_should_give(capsys, repo):
+    assert main(["validate", str(repo / "tests/data/prefix-sim.spec.yaml")]) == 0
+    out = capsys.readouterr().out
+    # 4 prefixes of 450 tokens, 64 own: 28 whole 16-token blocks = 448 of 514 tokens
+    assert "expected prefix-cache hit rate 87.2 % at 16-token blocks" in out
+    assert "engine.sim.block_size" in out
+    assert main(["validate", str(repo / "specs/demo-sim.spec.yaml")]) == 0
+    assert "prefix-cache" not in capsys.readouterr().out  # unique prompts: nothing to expect
+
+
 def test_run_file_validates(tmp_path, capsys):
     path = tmp_path / "run.json"
     path.write_text(json.dumps(good_run()), encoding="utf-8")

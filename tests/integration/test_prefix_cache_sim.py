@@ -10,11 +10,14 @@ SLO capacity (the truth's bisection) rises with the shared fraction of a fixed p
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
 
-from tokenwatt.load.prefix import expected_hit_rate
+from tests import factories
+from tokenwatt.load.prefix import expected_hit_rate, trace_hit_rate
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import build_workload
 from tokenwatt.plan import engine_config, true_capacity, with_spec
@@ -90,6 +93,59 @@ def test_hit_rate_in_virtual_time_matches_the_construction(repo: Path):
     assert unmeasured.record.engine is None
 
 
+def test_mooncake_shaped_prompts_hit_what_the_trace_reuse_says_in_virtual_time(
+    repo: Path, shared: Path, tmp_path: Path
+):
+    """Rows of the real Mooncake trace (hash ids as 128-token blocks) against the simulator's
+    16-token-block cache: the window's hit rate is the trace's own reuse
+    (``trace_hit_rate`` over the requests the probe sent, the warm-up's uncounted)."""
+    trace = factories.mooncake_in_miniature(shared, tmp_path / "mooncake-mini.jsonl", pairs=12)
+    base = load_spec(repo / SPEC)
+    w = base.spec.workload.model_copy(
+        update={
+            "trace": str(trace),
+            "trace_block_tokens": 128,
+            "input_tokens": None,
+            "output_tokens": None,
+            "prefix": None,
+        }
+    )
+    loaded = with_spec(base, base.spec.model_copy(update={"workload": w}))
+    config = engine_config(loaded)
+    work = build_workload(loaded.spec, trace_file=trace, context_tokens=config.max_model_len)
+    assert work.shares_prefixes
+    plan = ProbePlan(phase="search", rate_rps=RATE, warmup_s=1, window_s=4)
+    offsets = list(
+        itertools.takewhile(
+            lambda t: t < plan.warmup_s + plan.window_s, work.arrivals(RATE, stream=0)
+        )
+    )
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    sent = [rows[i % len(rows)] for i in range(len(offsets))]
+    expected = trace_hit_rate(
+        [r["hash_ids"] for r in sent],
+        [r["input_length"] for r in sent],
+        trace_block_tokens=128,
+        cache_block_tokens=16,
+        counted_from=sum(t < plan.warmup_s for t in offsets),
+    )
+    assert expected > 0.3  # deep reuse, not just the trace's common first block
+    record = VirtualServer(config, work, request_timeout_s=30).probe(
+        plan, index=0, slo=loaded.spec.slo
+    )
+    assert record.record.engine is not None
+    assert record.record.engine.prefix_cache_hit_rate_pct == pytest.approx(100 * expected, abs=2.0)
+    # the run file's expected figure: one pass over the trace in its order, at the sim's blocks
+    assert work.expected_hit_rate(16) == pytest.approx(
+        trace_hit_rate(
+            [r["hash_ids"] for r in rows],
+            [r["input_length"] for r in rows],
+            trace_block_tokens=128,
+            cache_block_tokens=16,
+        )
+    )
+
+
 def shared_fraction(loaded: LoadedSpec, share: float) -> LoadedSpec:
     total = 2048
     shared = round(share * total)
@@ -124,3 +180,51 @@ def test_capacity_rises_with_the_shared_fraction(repo: Path):
     unique, half, most = capacities
     assert half > 1.3 * unique  # measured: 0.53, 0.98, 4.2 req/s
     assert most > 2.0 * half
+
+
+def test_a_run_records_the_expected_reuse_and_the_page_sets_it_beside_each_probes(
+    repo: Path, tmp_path: Path
+):
+    """``tokenwatt run`` on the shared prefixes (the simulator over HTTP) records the workload's
+    expected hit rate at the block size the engine's /metrics states; ``tokenwatt report`` and
+    the page show it beside the hit rate measured in each probe."""
+    import subprocess
+    import sys
+
+    from tests.measure_cli import load_valid_run, measure_argv, run_measure
+    from tokenwatt.pages.render import make_environment, render_result, result_view
+    from tokenwatt.store import load_result
+
+    out = tmp_path / "run.json"
+    done = run_measure(measure_argv(repo / SPEC, out, "--no-accuracy"), cwd=repo)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = load_valid_run(out, cwd=repo)
+    assert run.prefix_reuse is not None
+    assert run.prefix_reuse.block_tokens == 16
+    assert "cache_config_info" in run.prefix_reuse.block_source
+    assert run.prefix_reuse.expected_hit_rate_pct == pytest.approx(100 * 448 / 514, abs=0.01)
+    measured = [p.engine.prefix_cache_hit_rate_pct for p in run.probes if p.engine is not None]
+    assert measured
+    assert all(m is not None and abs(m - 87.16) < 4.0 for m in measured), measured
+    result_path = tmp_path / "result.json"
+    report = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "report", str(out), "--title", "Prefixes"]
+        + ["--out", str(result_path)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    result = load_result(result_path)
+    (config,) = result.configs
+    assert config.prefix_expected_hit_rate_pct == run.prefix_reuse.expected_hit_rate_pct
+    assert result.workload.prefix is not None
+    assert "expected prefix-cache hit rate 87.2 % (16-token blocks" in result.workload.prefix
+    text = render_result(
+        result_view(result, source="results/prefixes.json"),
+        env=make_environment(repo / "templates"),
+        draw=lambda chart, prefix: "<svg></svg>",
+    )
+    assert "Prefix-cache hits |" in text
+    assert "(the workload's construction: 87.2 %)" in text

@@ -22,7 +22,8 @@ from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
 
-PREFIX_TOKENS = 1024  # 8 of vLLM's 128-token blocks (its CPU build); 32 own tokens follow
+PREFIX_TOKENS = 1024  # 8 of vLLM's 128-token blocks (its CPU build)
+OWN_TOKENS = 114  # each request's own part: 1,024 of 1,138 prompt tokens shared, 90 %
 VLLM_CPU_BLOCK_TOKENS = 128
 
 
@@ -49,7 +50,7 @@ def _spec(base_url: str, seed: int, *, shared: bool = False):
     prefix = {"groups": 1, "shared_tokens": PREFIX_TOKENS} if shared else None
     return factories.spec(
         engine={"endpoint": f"{base_url}/v1", "model": "tiny"},
-        workload={"input_tokens": 32, "output_tokens": 8, "seed": seed, "prefix": prefix},
+        workload={"input_tokens": OWN_TOKENS, "output_tokens": 8, "seed": seed, "prefix": prefix},
         slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
     )
 
@@ -63,70 +64,57 @@ async def test_prefix_caching_on_hits_a_shared_prefix_and_not_unique_prompts(
     assert unique_pct is not None
     assert unique_pct < 5.0
     shared = _spec(url, seed=102, shared=True)
-    # every window request finds the 1,024-token prefix cached (the warm-up sent it): 1024 / 1056
+    # every window request finds the 1,024-token prefix cached (the warm-up sent it): 1024 / 1138
     expected = expected_hit_rate(
         groups=1,
         shared_tokens=PREFIX_TOKENS,
-        own_tokens_mean=32,
+        own_tokens_mean=OWN_TOKENS,
         block_tokens=VLLM_CPU_BLOCK_TOKENS,
     )
+    assert expected == pytest.approx(0.90, abs=0.001)
     shared_pct = await hit_rate_pct(url, build_workload(shared, context_tokens=4096), shared)
     assert shared_pct is not None
     assert shared_pct == pytest.approx(100 * expected, abs=5.0)
 
 
-async def test_prefix_caching_off_hits_nothing_even_with_a_shared_prefix(vllm_server):
+def _mooncake_spec(base_url: str, trace: Path, *, trace_prefix: bool):
+    return factories.spec(
+        engine={"endpoint": f"{base_url}/v1", "model": "tiny"},
+        workload={
+            "trace": str(trace),
+            "trace_block_tokens": VLLM_CPU_BLOCK_TOKENS,
+            "trace_prefix": trace_prefix,
+            "seed": 104,
+        },
+        slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
+    )
+
+
+async def test_prefix_caching_off_hits_nothing_even_with_a_shared_prefix(
+    vllm_server, shared, tmp_path
+):
     url = vllm_server.base_url
-    shared = _spec(url, seed=103, shared=True)
-    off_pct = await hit_rate_pct(url, build_workload(shared, context_tokens=4096), shared)
-    assert off_pct is None or off_pct < 5.0  # vLLM may not count lookups it never makes
-
-
-def _mooncake_in_miniature(shared: Path, out: Path, *, pairs: int = 8, blocks: int = 6) -> Path:
-    """Rows of the real Mooncake trace whose prompts share 3+ leading blocks, each after the
-    earlier row it shares them with, cut to ``blocks`` blocks of 128 tokens (vLLM CPU's block;
-    the trace's are 512) so that they fit the tiny model; 8 output tokens each."""
-    source = shared / "data/traces/mooncake_fast25/conversation_trace.jsonl"
-    rows = [json.loads(line) for line in source.read_text().splitlines()]
-    first_with: dict[tuple[int, ...], int] = {}
-    chosen: list[int] = []
-    for j, row in enumerate(rows):
-        ids = row["hash_ids"]
-        depth = 0
-        while depth < len(ids) and tuple(ids[: depth + 1]) in first_with:
-            depth += 1
-        if depth >= 3 and len(chosen) < 2 * pairs:
-            chosen += [first_with[tuple(ids[:depth])], j]
-        for c in range(1, len(ids) + 1):
-            first_with.setdefault(tuple(ids[:c]), j)
-    lines = []
-    for i in chosen:
-        ids = rows[i]["hash_ids"][:blocks]
-        lines.append({"input_length": 128 * len(ids) - 37, "output_length": 8, "hash_ids": ids})
-    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return out
+    synthetic = _spec(url, seed=103, shared=True)
+    trace = factories.mooncake_in_miniature(shared, tmp_path / "mooncake-mini.jsonl")
+    shaped = _mooncake_spec(url, trace, trace_prefix=True)
+    for spec, work in (
+        (synthetic, build_workload(synthetic, context_tokens=4096)),
+        (shaped, build_workload(shaped, trace_file=trace, context_tokens=4096)),
+    ):
+        assert work.shares_prefixes
+        off_pct = await hit_rate_pct(url, work, spec)
+        # vLLM without the cache either counts no lookups (None) or finds nothing
+        assert off_pct is None or off_pct < 5.0, spec.workload
 
 
 async def test_prompts_shaped_by_the_mooncake_trace_hit_what_its_reuse_says(
     vllm_server_prefix_caching, shared, tmp_path
 ):
     url = vllm_server_prefix_caching.base_url
-    trace = _mooncake_in_miniature(shared, tmp_path / "mooncake-mini.jsonl")
+    trace = factories.mooncake_in_miniature(shared, tmp_path / "mooncake-mini.jsonl")
     window_s = 6.0
 
-    def spec(trace_prefix: bool):
-        return factories.spec(
-            engine={"endpoint": f"{url}/v1", "model": "tiny"},
-            workload={
-                "trace": str(trace),
-                "trace_block_tokens": VLLM_CPU_BLOCK_TOKENS,
-                "trace_prefix": trace_prefix,
-                "seed": 104,
-            },
-            slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
-        )
-
-    shaped = spec(True)
+    shaped = _mooncake_spec(url, trace, trace_prefix=True)
     work = build_workload(shaped, trace_file=trace, context_tokens=4096)
     assert work.shares_prefixes
     offsets = list(
@@ -148,7 +136,7 @@ async def test_prompts_shaped_by_the_mooncake_trace_hit_what_its_reuse_says(
     # The counters cover the requests vLLM scheduled between the window's first and last
     # scrape, not exactly the window's: a few points either way.
     assert measured == pytest.approx(100 * expected, abs=8.0)
-    unique = spec(False)
+    unique = _mooncake_spec(url, trace, trace_prefix=False)
     unique_work = build_workload(unique, trace_file=trace, context_tokens=4096)
     unique_pct = await hit_rate_pct(url, unique_work, unique, window_s=window_s)
     assert unique_pct is not None

@@ -23,7 +23,7 @@ from tokenwatt.schema.run import (
 )
 
 RUN_TABLES = {
-    "probes": 74,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 6 engine, 3 early stop,
+    "probes": 75,  # 27 of the probe, 4 x 6 latency statistics, 9 client, 7 engine, 3 early stop,
     # 1 ramp, 4 sessions
     "requests": 16,
     "power_samples": 7,  # 5 + one power column per GPU (two here)
@@ -31,7 +31,7 @@ RUN_TABLES = {
     "engine_samples": 5,
     "accuracy_items": 8,
 }
-RESULT_TABLES = {"configs": 22, "probes": 23, "power_trace": 4}
+RESULT_TABLES = {"configs": 23, "probes": 24, "power_trace": 4}
 
 # A quantity's column ends in its unit; what is not a quantity is listed by name.
 UNITS: tuple[str, ...] = ("_ms", "_s", "_seconds", "_ns", "_rps", "_tok_s", "_w", "_kw", "_j")

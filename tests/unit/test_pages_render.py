@@ -274,3 +274,36 @@ def test_reasoning_figures_are_on_the_page_only_when_measured(seed_path):
     share = next(line for line in text.splitlines() if line.startswith("| Reasoning tokens"))
     assert "62.5 %" in share
     assert "approximate: 3 requests counted from chunks" in share
+
+
+def test_prefix_hits_per_probe_and_beside_what_the_workload_expects(seed_path):
+    env = make_environment(REPO / "templates")
+    data = seed_data(seed_path)
+    first, second = data["configs"][0], data["configs"][1]
+    probe = {
+        "phase": "search",
+        "rate_rps": 4.0,
+        "window_s": 60.0,
+        "goodput_tok_s": 100.0,
+        "ttft_p99_ms": 900.0,
+        "tpot_p99_ms": 30.0,
+    }
+    first["probes"] = [{**probe, "slo_pass": True, "prefix_cache_hit_rate_pct": 88.24}]
+    second["probes"] = [{**probe, "slo_pass": False}]
+    first["engine_telemetry"] = {"prefix_cache_hit_rate_pct": 87.5}
+    first["prefix_expected_hit_rate_pct"] = 90.0
+    second["prefix_expected_hit_rate_pct"] = 90.0
+    text = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
+    lines = text.splitlines()
+    head = next(line for line in lines if line.strip().startswith("| Config | Phase"))
+    assert head.rstrip().endswith("| Prefix-cache hits |")
+    rows = [line for line in lines if "| search |" in line]
+    assert rows[0].rstrip().endswith("| 88.2 % |")  # one decimal
+    assert rows[1].rstrip().endswith("| not measured |")
+    engine = next(line for line in lines if line.startswith("| Engine: prefix-cache hit rate"))
+    assert "87.5 % (the workload's construction: 90.0 %)" in engine
+    assert "not measured (the workload's construction: 90.0 %)" in engine
+    # no probe measured it: no column
+    del first["probes"][0]["prefix_cache_hit_rate_pct"]
+    plain = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
+    assert "Prefix-cache hits" not in plain

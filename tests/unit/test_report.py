@@ -11,7 +11,7 @@ from tests import factories
 from tokenwatt import figures, policy, report, store
 from tokenwatt.errors import ResultError
 from tokenwatt.report import QUICK_NOTE, LoadedRun, build_result, quote_arg, slugify
-from tokenwatt.schema.run import AccuracyItem
+from tokenwatt.schema.run import AccuracyItem, PrefixReuse
 
 SEED_FIELDS = (
     "key",
@@ -537,8 +537,10 @@ def test_preemptions_at_the_confirmed_rate_are_flagged_and_shown_on_the_page(rep
 
 
 def test_prefix_text_states_the_expected_hit_rate():
-    def text(**workload):
-        return report._prefix_text(factories.spec(workload=workload))
+    def text(reuse=None, **workload):
+        return report._prefix_text(
+            factories.run(spec=factories.spec(workload=workload), prefix_reuse=reuse)
+        )
 
     assert text() is None
     prefix = {"groups": 4, "shared_tokens": 450}
@@ -554,6 +556,20 @@ def test_prefix_text_states_the_expected_hit_rate():
         trace
         == "4 \u00d7 450 tokens before each request's own input tokens (own lengths from the trace)"
     )
+    # a run that recorded its reuse: the engine's own block size, and the trace's hash ids too
+    recorded = PrefixReuse(
+        expected_hit_rate_pct=77.5, block_tokens=128, block_source="vllm:cache_config_info"
+    )
+    assert text(recorded, trace="t.jsonl", prefix=prefix) == (
+        "4 \u00d7 450 tokens before each request's own input tokens; expected prefix-cache hit"
+        " rate 77.5 % (128-token blocks: vllm:cache_config_info; once every prefix is cached)"
+    )
+    assert text(recorded, trace="t.jsonl") == (
+        "the trace's hash_ids as 512-token blocks, identical where the ids are; expected"
+        " prefix-cache hit rate 77.5 % (128-token blocks: vllm:cache_config_info; one pass in the"
+        " trace's order)"
+    )
+    assert text(None, trace="t.jsonl") is None  # no reuse recorded: a trace without hash ids
 
 
 def test_sessions_text_says_what_a_rate_counts():
@@ -571,3 +587,13 @@ def test_sessions_text_says_what_a_rate_counts():
     assert text(exponential).startswith(
         "turns 3 (fixed); think time exponential, mean 2 s after each reply; new message 8 (fixed)"
     )
+
+
+def test_real_prompts_say_their_lengths_are_the_servers_count():
+    spec = factories.spec(
+        workload={"prompts": "data/sharegpt/prompts.jsonl", "input_tokens": None, "seed": 1}
+    )
+    assert report._input_text(spec) == (
+        "real prompts from prompts.jsonl: lengths are the server's count (usage.prompt_tokens)"
+    )
+    assert report._input_text(factories.spec(workload={"input_tokens": 64})) == "64 (fixed)"

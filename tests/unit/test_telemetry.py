@@ -142,6 +142,33 @@ def test_names_of_the_three_dialects():
     assert llama.spec_draft_tokens_total == 0
 
 
+def test_sglang_hit_rate_is_its_gauge_averaged_over_the_window():
+    # SGLang has no hit and query counters, only a gauge of the recent hit rate: its mean over
+    # the window's scrapes (0.2, 0.4, 0.6) is the window's figure.
+    text = 'sglang:num_running_reqs{{dp="0"}} 2\nsglang:cache_hit_rate{{dp="0"}} {rate}\n'
+    readings = [
+        EngineReading(t_ns=i * S, metrics=parse_engine_metrics(text.format(rate=rate)))
+        for i, rate in enumerate((0.2, 0.4, 0.6))
+    ]
+    t = engine_telemetry(readings, window_start_ns=0, window_s=3.0)
+    assert t.dialect == "sglang"
+    assert t.prefix_cache_hit_rate_pct == pytest.approx(40.0)
+    # vLLM's counters, where an engine has both, come first
+    both = [
+        EngineReading(
+            t_ns=i * S,
+            metrics=metrics(
+                prefix_cache_hit_rate=0.9,
+                prefix_cache_queries_total=100.0 * i,
+                prefix_cache_hits_total=10.0 * i,
+            ),
+        )
+        for i in range(3)
+    ]
+    t = engine_telemetry(both, window_start_ns=0, window_s=3.0)
+    assert t.prefix_cache_hit_rate_pct == pytest.approx(10.0)
+
+
 def test_littles_law_by_hand():
     # 4 req/s x 2.5 s = 10 in the system; 12 is 20 % above (agrees), 14 is 40 % (does not).
     ok = audits.littles_law(arrival_rate_rps=4, mean_time_in_system_s=2.5, engine_in_system=12)

@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenwatt import policy, store
 from tokenwatt.cli._common import err_console, escape, out_console
 from tokenwatt.errors import InputError, PolicyError
-from tokenwatt.measure import check_spec_inputs
+from tokenwatt.measure import check_spec_inputs, prefix_reuse
 from tokenwatt.schema.result import ResultFile
 from tokenwatt.schema.run import RunFile
 from tokenwatt.schema.spec import Spec
@@ -50,14 +50,24 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             kind, model = store.load_any(path)
+            notes = []
             if kind == "spec":
-                check_spec_inputs(store.load_spec(path))
+                loaded = store.load_spec(path)
+                reuse = prefix_reuse(check_spec_inputs(loaded), loaded.spec)
+                if reuse is not None:
+                    notes.append(
+                        "shared prefixes: expected prefix-cache hit rate"
+                        f" {reuse.expected_hit_rate_pct:.1f} % at {reuse.block_tokens}-token"
+                        f" blocks ({reuse.block_source}; a run reads the engine's own block size)"
+                    )
         except InputError as exc:
             invalid += 1
             err.print(f"[red]invalid[/red] {escape(str(exc))}")
             continue
         if not args.publish:
             out.print(f"[green]ok[/green] {escape(str(path))} ({kind})")
+            for note in notes:
+                out.print(f"  {escape(note)}")
             continue
         broken = _violations(kind, model)
         if not broken:

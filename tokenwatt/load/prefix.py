@@ -29,10 +29,17 @@ token-id prompts only.
 
 **Expected hit rate** (:func:`expected_hit_rate`): the fraction of prompt tokens served from the
 cache over a window, as the engine's counters measure it (vLLM: ``prefix_cache_hits`` over
-``prefix_cache_queries``, both in tokens). A cache stores whole blocks of ``B`` tokens (vLLM's
-default 16), and the block that straddles the prefix's end also holds the request's own (unique)
-tokens, so a request whose group is cached reuses ``B * floor(S / B)`` of its
-``S + own`` prompt tokens. A group's first request in the probe misses. With ``G`` groups,
+``prefix_cache_queries``, both in tokens, between the window's first and last scrape; SGLang,
+which has no such counters: its ``cache_hit_rate`` gauge, averaged over the window's scrapes).
+Every probe records the measured rate; the run file records the expected one
+(``prefix_reuse``: steady state for ``workload.prefix``, one cold pass in order for a trace) at
+the engine's block size as its ``/metrics`` states it (``vllm:cache_config_info``), else the
+simulator's ``engine.sim.block_size``, else 16; the page shows each probe's rate and the
+expected one beside the confirmed rate's, and ``tokenwatt validate`` states it for a spec.
+
+A cache stores whole blocks of ``B`` tokens (vLLM's default 16), and the block that straddles
+the prefix's end also holds the request's own (unique) tokens, so a request whose group is
+cached reuses ``B * floor(S / B)`` of its ``S + own`` prompt tokens. A group's first request in the probe misses. With ``G`` groups,
 ``M`` requests before the window (the warm-up) and ``N`` in it, the expected number of
 first uses inside the window is ``F = G * q^M * (1 - q^N)``, ``q = 1 - 1/G``, and
 
@@ -68,12 +75,17 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "DEFAULT_CACHE_BLOCK_TOKENS",
     "block_tokens",
     "blocks_needed",
+    "cache_block_tokens",
     "expected_hit_rate",
     "prefix_tokens",
     "trace_hit_rate",
 ]
+
+DEFAULT_CACHE_BLOCK_TOKENS = 16
+"""The cache block size assumed when the engine does not say its own (vLLM's default on GPUs)."""
 
 _PREFIX_KEY = 0x50524658  # separates prefix draws from request and arrival draws
 _BLOCK_KEY = 0x424C4B53  # and trace-block draws from both
@@ -189,3 +201,22 @@ def trace_hit_rate(
             key = tuple(ids[:c])
             longest[key] = max(longest.get(key, 0), n)
     return hit / total
+
+
+def cache_block_tokens(
+    info: Sequence[tuple[str, dict[str, str]]], *, sim_block_size: int | None = None
+) -> tuple[int, str]:
+    """The engine's prefix-cache block size and where it came from.
+
+    Args:
+        info: the engine's ``*_info`` gauges as (series name, labels): vLLM's
+            ``vllm:cache_config_info`` carries ``block_size``.
+        sim_block_size: the embedded simulator's ``engine.sim.block_size``, when it serves.
+    """
+    for name, labels in info:
+        raw = labels.get("block_size") if name == "vllm:cache_config_info" else None
+        if raw is not None and raw.isdigit() and int(raw) > 0:
+            return int(raw), f"{name} block_size on the engine's /metrics"
+    if sim_block_size is not None:
+        return sim_block_size, "the simulator's engine.sim.block_size"
+    return DEFAULT_CACHE_BLOCK_TOKENS, f"assumed {DEFAULT_CACHE_BLOCK_TOKENS} (vLLM's GPU default)"

@@ -501,6 +501,39 @@ class Workload:
         own: list[int] = rng.integers(self._id_low, self._id_high, size=n_in - len(head)).tolist()
         return head + own
 
+    def expected_hit_rate(self, block_tokens: int) -> float | None:
+        """The prefix-cache hit rate of this workload's construction; None: no shared prefixes.
+
+        For a cache of ``block_tokens``-token blocks (:mod:`tokenwatt.load.prefix`).
+        ``workload.prefix``: steady state, every prefix cached. A trace's hash ids: one pass
+        over the trace in its order from a cold cache, as a sweep sends it (request ``i`` is
+        row ``i mod rows``).
+        """
+        if self.prefix is not None:
+            if self.input_dist is not None:
+                own = mean_tokens(self.input_dist)
+            elif self.rows:
+                own = math.fsum(r.input_tokens or 0 for r in self.rows) / len(self.rows)
+            else:
+                return None
+            return shared.expected_hit_rate(
+                groups=self.prefix.groups,
+                shared_tokens=self.prefix.shared_tokens,
+                own_tokens_mean=max(1.0, own),
+                block_tokens=block_tokens,
+            )
+        if self.trace_block_tokens is not None and self.rows:
+            lengths = [r.input_tokens or 0 for r in self.rows]
+            if self.context_tokens is not None:
+                lengths = [min(n, self.context_tokens) for n in lengths]
+            return shared.trace_hit_rate(
+                [r.hash_ids or () for r in self.rows],
+                lengths,
+                trace_block_tokens=self.trace_block_tokens,
+                cache_block_tokens=block_tokens,
+            )
+        return None
+
     @property
     def mean_turns(self) -> float:
         """Mean requests per arrival: the mean turns of a session, 1 without sessions."""

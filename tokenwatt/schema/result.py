@@ -280,6 +280,9 @@ class ProbePoint(StrictModel):
     preemptions: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="Engine preemptions during the window"
     )
+    prefix_cache_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Engine's prefix-cache hit rate over the window, %"
+    )
 
     @model_validator(mode="after")
     def _percentiles_ordered(self) -> ProbePoint:
@@ -525,6 +528,11 @@ class ConfigResult(StrictModel):
     )
     engine_telemetry: ConfigTelemetry | None = Field(
         default=None, description="The engine's /metrics at the confirmed rate"
+    )
+    prefix_expected_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None,
+        description="The prefix-cache hit rate the workload's shared prefixes should give"
+        " (the run's prefix_reuse); null = none shared, or not recorded",
     )
     audits: ConfigAudits | None = Field(
         default=None, description="Little's law, conservation and token accounting"

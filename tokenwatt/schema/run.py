@@ -41,6 +41,7 @@ __all__ = [
     "PowerEvidence",
     "PowerGap",
     "PowerSample",
+    "PrefixReuse",
     "ProbeAudits",
     "ProbePhase",
     "ProbeRamp",
@@ -836,6 +837,24 @@ class ResumeInfo(StrictModel):
     )
 
 
+class PrefixReuse(StrictModel):
+    """The prefix-cache hit rate the workload's construction gives (tokenwatt.load.prefix).
+
+    Set when the prompts share prefixes (``workload.prefix``, or a trace's ``hash_ids``); each
+    probe's measured rate is its ``engine.prefix_cache_hit_rate_pct``.
+    """
+
+    expected_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] = Field(
+        description="Fraction of prompt tokens a cache of block_tokens-token blocks serves, %:"
+        " steady state for workload.prefix, one cold pass in order for a trace"
+    )
+    block_tokens: Annotated[int, Field(ge=1)] = Field(description="Cache block size assumed")
+    block_source: str = Field(
+        description="Where the block size came from (the engine's /metrics, the simulator's"
+        " settings, or vLLM's GPU default)"
+    )
+
+
 class RunFile(StrictModel):
     """Everything ``tokenwatt measure`` learned about one configuration."""
 
@@ -871,6 +890,9 @@ class RunFile(StrictModel):
     resumed: list[ResumeInfo] = Field(
         default_factory=list,
         description="Each resumption of this run after an interruption, oldest first",
+    )
+    prefix_reuse: PrefixReuse | None = Field(
+        default=None, description="The workload's expected prefix-cache reuse; null = none shared"
     )
 
     @model_validator(mode="after")
