@@ -41,8 +41,8 @@ A cache stores whole blocks of ``B`` tokens (vLLM's default 16), and the block t
 the prefix's end also holds the request's own (unique) tokens, so a request whose group is
 cached reuses ``B * floor(S / B)`` of its ``S + own`` prompt tokens. A group's first request in
 the probe misses. With ``G`` groups, ``M`` requests before the window (the warm-up) and ``N`` in
-it, the expected number of first uses inside the window is ``F = G * q^M * (1 - q^N)``, ``q = 1
-- 1/G``, and
+it, the expected number of first uses inside the window is ``F = G * q^M * (1 - q^N)``,
+``q = 1 - 1/G``, and
 
     hit rate = B * floor(S / B) * (1 - F / N) / (S + mean own tokens)
 
