@@ -113,6 +113,12 @@ async def test_each_turn_waits_its_think_time_after_the_previous_reply(repo):
             assert send_s - reply_end_s < think_s + 0.05  # and on time
             gaps += 1
     assert gaps >= 5
+    # The window holds the turns scheduled inside it, whichever session they belong to: later
+    # turns of sessions that started in the warm-up are in, turns due after the window out.
+    assert all(0.0 <= t < 2.0 for t in table.t_sched_s)
+    assert any(0 not in turns for turns in by_session(table).values())
+    assert record.sessions is not None
+    assert record.sessions.started > sum(0 in t for t in by_session(table).values())
 
 
 async def test_a_failed_turn_cuts_its_session_and_its_later_turns_are_counted_unsent(repo):
