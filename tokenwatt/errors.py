@@ -12,6 +12,7 @@ exit status. Every message says what went wrong and, where it can, what to do ab
     - WriteError                 an output file cannot be written (folder, full disk, read-only)
   x EndpointError                the server under test is unreachable or wrong (exit 2)
   x ClusterError                 the Ray cluster of the load generator cannot be used (exit 2)
+  x CalibrationError             the load generator cannot pace what the run plans (exit 2)
   x PowerError                   a power source cannot be set up or read
   x PolicyError                  a file breaks the publishing policy (exit 1)
   x Interrupted                  Ctrl-C: partial results were saved (exit 130)
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "CalibrationError",
     "ClusterError",
     "EndpointError",
     "InputError",
@@ -78,6 +80,16 @@ class ClusterError(TokenwattError):
     """The Ray cluster of the load generator cannot be used.
 
     Ray missing, no eligible node, clocks that cannot be trusted, an actor lost.
+    """
+
+    exit_code: ClassVar[int] = 2
+
+
+class CalibrationError(TokenwattError):
+    """The load generator's self-calibration says it cannot pace what the run plans.
+
+    Its calibrated ceiling is under a rate the sweep must probe, or its local calibration server
+    did not start or answer.
     """
 
     exit_code: ClassVar[int] = 2

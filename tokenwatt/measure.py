@@ -42,6 +42,11 @@ from tokenwatt.figures import outcome_figures, search_phases
 from tokenwatt.geometry import ModelGeometry, geometry_for_spec
 from tokenwatt.gpus import preset
 from tokenwatt.inventory import read_inventory
+from tokenwatt.load.calibrate import (
+    calibrate,
+    calibration_text,
+    check_planned_rates,
+)
 from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.open_files import ensure_open_files
 from tokenwatt.load.prefix import cache_block_tokens
@@ -55,6 +60,7 @@ from tokenwatt.schema.engine import EngineConfig
 from tokenwatt.schema.run import (
     AccuracyEvidence,
     AccuracyItem,
+    ClientCalibration,
     Environment,
     GpuInfo,
     LoadCluster,
@@ -325,6 +331,8 @@ class _State:
     """The Ray cluster the load workers ran on (``load.cluster`` or ``--ray``)."""
     prefix_reuse: PrefixReuse | None = None
     """The workload's expected prefix-cache reuse (shared prefixes only)."""
+    calibration: ClientCalibration | None = None
+    """The load generator's self-calibration (``load.calibrate``)."""
 
 
 def load_cluster(spec: Spec, ray_address: str | None) -> LoadClusterSpec | None:
@@ -411,6 +419,7 @@ def _run_file(
         accuracy=state.accuracy,
         resumed=state.resumed,
         prefix_reuse=state.prefix_reuse,
+        calibration=state.calibration,
     )
 
 
@@ -534,6 +543,19 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         )
         _warn_short_warmup(workload, spec, eff_m)
         state.prefix_reuse = prefix_reuse(workload, spec, state.engine_config)
+        cluster = load_cluster(spec, opts.ray_address)
+        if (spec.load is None or spec.load.calibrate) and cluster is None and not opts.quick:
+            progress.phase("calibration", "the load generator against a local server")
+            state.calibration = await calibrate(
+                spec.engine,
+                workload,
+                eff_s,
+                request_timeout_s=float(eff_m.request_timeout_s),
+                max_concurrency=eff_m.max_concurrency,
+                progress=lambda text: progress.phase("calibration", text),
+            )
+            progress.phase("calibration", calibration_text(state.calibration))
+            check_planned_rates(state.calibration, eff_s)
         generator = LoadGenerator(
             spec.engine,
             workload,
@@ -542,7 +564,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             request_timeout_s=float(eff_m.request_timeout_s),
             max_concurrency=eff_m.max_concurrency,
             metrics_url=metrics_url,
-            cluster=load_cluster(spec, opts.ray_address),
+            cluster=cluster,
             ramp=eff_s.ramp,
         )
         if generator.cluster is not None:

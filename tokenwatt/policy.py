@@ -104,6 +104,10 @@ FLAG_RULES: dict[str, tuple[str, str]] = {
         "window requests of the arrival schedule are not all accounted for",
         "every scheduled window request accounted for (ok, failed, cancelled or never sent)",
     ),
+    "client_ceiling": (
+        "probes ran above the load generator's calibrated ceiling",
+        "no probe above the load generator's calibrated ceiling (its self-calibration)",
+    ),
 }
 
 
@@ -126,6 +130,8 @@ class Measured:
     power_gpus_seen: tuple[int, ...] = ()
     power_gpus_expected: int | None = None
     conservation_failures: int = 0
+    above_client_ceiling: str | None = None
+    """Why probes ran above the load generator's calibrated ceiling, or None."""
 
     @property
     def wrong_gpu_count(self) -> str | None:
@@ -189,6 +195,8 @@ def check_measured(items: Iterable[Measured]) -> list[Violation]:
                 " schedule",
                 item.subject,
             )
+        if item.above_client_ceiling is not None:
+            add("client_ceiling", item.above_client_ceiling, item.subject)
         for flag, present in (
             ("quick", item.quick),
             ("simulated", item.simulated),
@@ -284,11 +292,27 @@ def check_run(run: RunFile) -> list[Violation]:
                 quick=run.quick,
                 simulated=run.simulated or figures.run_simulated_because(run) is not None,
                 complete=run.complete,
+                above_client_ceiling=_above_client_ceiling(run),
                 **_evidence(
                     figures.audit_summary(run, accepted), figures.power_validity(run, power), None
                 ),
             )
         ]
+    )
+
+
+def _above_client_ceiling(run: RunFile) -> str | None:
+    """Probes above a ceiling the load generator's calibration found (tokenwatt.load.calibrate)."""
+    cal = run.calibration
+    if cal is None or not cal.ceiling_found:
+        return None
+    ceiling = cal.ceiling_rps or 0.0
+    over = sorted({p.rate_rps for p in run.probes if p.rate_rps > ceiling})
+    if not over:
+        return None
+    return (
+        f"{len(over)} probe rate(s) from {over[0]:g} req/s ran above the load generator's"
+        f" calibrated ceiling of {ceiling:g} req/s: its latencies there are the client's"
     )
 
 

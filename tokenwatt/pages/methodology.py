@@ -24,6 +24,7 @@ __all__ = ["SECTIONS", "MethodologySection", "Table", "methodology_sections", "r
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("Request timings, failed requests and the SLO", "tokenwatt.metrics"),
     ("Probe", "tokenwatt.load.probe"),
+    ("Self-calibration of the load generator", "tokenwatt.load.calibrate"),
     ("Workload: lengths and prompts", "tokenwatt.load.workload"),
     ("Shared prefixes", "tokenwatt.load.prefix"),
     ("Multi-turn sessions", "tokenwatt.load.session"),

@@ -25,6 +25,8 @@ __all__ = [
     "AccuracyEvidence",
     "AccuracyItem",
     "AccuracySeedScore",
+    "CalibrationRung",
+    "ClientCalibration",
     "ConservationAudit",
     "EarlyStop",
     "EngineSeries",
@@ -837,6 +839,52 @@ class ResumeInfo(StrictModel):
     )
 
 
+class CalibrationRung(StrictModel):
+    """One short probe of the load generator's self-calibration (tokenwatt.load.calibrate)."""
+
+    rate_rps: Annotated[float, Field(gt=0)] = Field(description="Target arrival rate, req/s")
+    events_per_s: NonNegFloat = Field(description="Streamed token events per second it planned")
+    workers: Annotated[int, Field(ge=1)] = Field(description="Load-generator processes")
+    window_requests: Annotated[int, Field(ge=0)]
+    client_bound: bool = Field(description="The generator could not pace it (the probe's rule)")
+    client_bound_reasons: list[str] = Field(default_factory=list)
+    send_lag_p50_ms: float | None = Field(default=None, description="Pacing error, median")
+    send_lag_p99_ms: float | None = Field(default=None, description="Pacing error, p99")
+    ttft_error_p50_ms: float | None = Field(
+        default=None, description="Client TTFT minus the server's own (read to first write), median"
+    )
+    ttft_error_p99_ms: float | None = Field(default=None, description="The same, p99")
+    tpot_error_p50_ms: float | None = Field(
+        default=None, description="Client TPOT minus the server's own (its writes), median"
+    )
+    tpot_error_p99_ms: float | None = Field(default=None, description="The same, p99")
+    matched_requests: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Window requests matched to the server's stamps"
+    )
+    client_cpu_s: NonNegFloat | None = Field(default=None, description="CPU of the generator")
+
+
+class ClientCalibration(StrictModel):
+    """The load generator measured against a local server whose answer is known, before the run.
+
+    Rungs rise by a factor from the sweep's first rate to its highest until one is client-bound;
+    the ceiling is the highest rung that was not. ``ceiling_found`` false: every rung passed, so
+    the ceiling is at least ``ceiling_rps`` (the sweep's highest rate).
+    """
+
+    server: str = Field(description="What it was measured against, in words")
+    ttft_ms: Annotated[float, Field(gt=0)] = Field(description="The server's first-token delay")
+    itl_ms: Annotated[float, Field(gt=0)] = Field(description="The server's gap between tokens")
+    output_tokens: Annotated[int, Field(ge=1)] = Field(description="Tokens per calibration stream")
+    rungs: list[CalibrationRung]
+    ceiling_rps: NonNegFloat | None = Field(
+        description="Highest rate paced without being client-bound, in the sweep's unit (sessions"
+        " per second with sessions); null = not even the first rung"
+    )
+    ceiling_found: bool = Field(description="A rung above the ceiling was client-bound")
+    seconds: NonNegFloat = Field(description="Wall time the calibration took")
+
+
 class PrefixReuse(StrictModel):
     """The prefix-cache hit rate the workload's construction gives (tokenwatt.load.prefix).
 
@@ -893,6 +941,11 @@ class RunFile(StrictModel):
     )
     prefix_reuse: PrefixReuse | None = Field(
         default=None, description="The workload's expected prefix-cache reuse; null = none shared"
+    )
+    calibration: ClientCalibration | None = Field(
+        default=None,
+        description="The load generator's self-calibration before the run; null = not run"
+        " (load.calibrate false, quick mode, a Ray cluster, or a run file from before it)",
     )
 
     @model_validator(mode="after")

@@ -982,6 +982,13 @@ class LoadSpec(StrictInputModel):
     cluster: LoadClusterSpec | None = Field(
         default=None, description="Ray cluster for the load workers; null = processes on this host"
     )
+    calibrate: bool = Field(
+        default=True,
+        description="Before the run, measure the load generator against a local server whose"
+        " answer is known (a few seconds): its ceiling, its TTFT/TPOT error and its pacing,"
+        " recorded in the run file; a run whose rates it cannot pace is refused. Not in quick"
+        " mode, not on a Ray cluster",
+    )
 
 
 class Spec(StrictInputModel):

@@ -1,0 +1,101 @@
+"""The self-calibration's rungs, its refusal and the publishing rule, against hand-worked values."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import factories
+from tokenwatt import policy
+from tokenwatt.errors import CalibrationError
+from tokenwatt.load.calibrate import calibration_text, check_planned_rates, rung_rates
+from tokenwatt.schema.run import CalibrationRung, ClientCalibration
+from tokenwatt.schema.spec import SweepSpec
+
+
+def test_rungs_rise_by_four_to_the_sweeps_highest_rate():
+    assert rung_rates(SweepSpec(start_rps=8, max_rps=200)) == [8, 32, 128, 200]
+    # at most five: the highest rate is always the last
+    assert rung_rates(SweepSpec(start_rps=1, max_rps=20_000)) == [1, 4, 16, 64, 20_000]
+    assert rung_rates(SweepSpec(rates=[2, 5, 3])) == [2, 5]
+    assert rung_rates(SweepSpec(rates=[7])) == [7]
+    assert rung_rates(SweepSpec(start_rps=8, max_rps=200), max_rungs=1) == [8]
+
+
+def rung(rate: float, bound: bool) -> CalibrationRung:
+    return CalibrationRung(
+        rate_rps=rate,
+        events_per_s=rate * 100,
+        workers=1,
+        window_requests=round(rate * 1.5),
+        client_bound=bound,
+        client_bound_reasons=["p99 send lag 14.00 ms exceeds 10 ms"] if bound else [],
+        send_lag_p50_ms=0.1,
+        send_lag_p99_ms=14.0 if bound else 0.5,
+        ttft_error_p50_ms=0.4,
+        ttft_error_p99_ms=2.9,
+        tpot_error_p50_ms=0.0,
+        tpot_error_p99_ms=0.01,
+        matched_requests=round(rate * 1.5),
+    )
+
+
+def calibration(*rungs: CalibrationRung, found: bool) -> ClientCalibration:
+    passed = [r.rate_rps for r in rungs if not r.client_bound]
+    return ClientCalibration(
+        server="test",
+        ttft_ms=50,
+        itl_ms=10,
+        output_tokens=100,
+        rungs=list(rungs),
+        ceiling_rps=passed[-1] if passed else None,
+        ceiling_found=found,
+        seconds=9.0,
+    )
+
+
+def test_a_start_above_a_found_ceiling_is_refused_with_what_to_do():
+    cal = calibration(rung(20, False), rung(80, False), rung(320, True), found=True)
+    check_planned_rates(cal, SweepSpec(start_rps=20, max_rps=2000))  # the sweep may start
+    with pytest.raises(CalibrationError) as refused:
+        check_planned_rates(cal, SweepSpec(start_rps=100, max_rps=2000))
+    text = str(refused.value)
+    assert text.startswith("sweep.start_rps: 100 is above what this load generator can pace")
+    assert "client-bound at 320 req/s (p99 send lag 14.00 ms exceeds 10 ms)" in text
+    assert "ceiling 80" in text
+    assert "load.calibrate: false" in text
+    with pytest.raises(CalibrationError, match=r"^sweep\.rates: 90 "):
+        check_planned_rates(cal, SweepSpec(rates=[10, 90]))
+    # every rung passed: the ceiling is only a lower bound, nothing is refused
+    check_planned_rates(calibration(rung(20, False), found=False), SweepSpec(start_rps=100))
+    # not even the first rung: every rate is refused
+    with pytest.raises(CalibrationError, match="ceiling none"):
+        check_planned_rates(calibration(rung(20, True), found=True), SweepSpec(start_rps=1))
+
+
+def test_the_line_names_the_ceiling_and_the_errors_at_it():
+    found = calibration(rung(20, False), rung(80, False), rung(320, True), found=True)
+    assert calibration_text(found) == (
+        "ceiling 80 req/s, 8,000 events/s; there p99 send lag 0.50 ms, TTFT error p50 0.40 ms /"
+        " p99 2.90 ms, TPOT error p99 0.01 ms against the server's stamps (9 s)"
+    )
+    at_least = calibration(rung(20, False), found=False)
+    assert calibration_text(at_least).startswith("not client-bound up to 20 req/s (the highest")
+    none = calibration(rung(20, True), found=True)
+    assert calibration_text(none) == (
+        "client-bound already at the first rung (p99 send lag 14.00 ms exceeds 10 ms)"
+    )
+
+
+def test_probes_above_a_found_ceiling_make_a_run_unpublishable():
+    probes = [factories.probe(0, rate=50.0), factories.probe(1, rate=120.0)]
+    cal = calibration(rung(20, False), rung(80, False), rung(320, True), found=True)
+    rules = {v.rule: v for v in policy.check_run(factories.run(probes=probes, calibration=cal))}
+    assert "client_ceiling" in rules
+    assert "1 probe rate(s) from 120 req/s ran above" in rules["client_ceiling"].message
+    assert "ceiling of 80 req/s" in rules["client_ceiling"].message
+    below = [factories.probe(0, rate=50.0), factories.probe(1, rate=80.0)]
+    ok = policy.check_run(factories.run(probes=below, calibration=cal))
+    assert "client_ceiling" not in {v.rule for v in ok}
+    lower_bound = calibration(rung(20, False), found=False)  # the ceiling is at least 20
+    unbounded = policy.check_run(factories.run(probes=probes, calibration=lower_bound))
+    assert "client_ceiling" not in {v.rule for v in unbounded}
