@@ -25,6 +25,7 @@ from tokenwatt.comparability import run_differences
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
 from tokenwatt.gpus import preset_for_device_name
+from tokenwatt.load.calibrate import calibration_text
 from tokenwatt.load.prefix import DEFAULT_CACHE_BLOCK_TOKENS, expected_hit_rate
 from tokenwatt.load.workload import CHAT_MIX_V1, mean_tokens
 from tokenwatt.metrics import TableColumn
@@ -330,6 +331,9 @@ def _config(
         engine_telemetry=figures.telemetry,
         prefix_expected_hit_rate_pct=(
             run.prefix_reuse.expected_hit_rate_pct if run.prefix_reuse is not None else None
+        ),
+        client_calibration=(
+            calibration_text(run.calibration) if run.calibration is not None else None
         ),
         audits=figures.audits,
         power_validity=figures.power_validity,

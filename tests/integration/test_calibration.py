@@ -96,3 +96,12 @@ def test_a_run_the_client_cannot_pace_is_refused_before_any_load(repo, tmp_path)
     assert run.calibration is not None
     assert [r.rate_rps for r in run.calibration.rungs] == [2]
     assert run.calibration.rungs[0].matched_requests == run.calibration.rungs[0].window_requests
+    # the report carries it to the result and its page
+    from tokenwatt.report import LoadedRun, build_result
+
+    result = build_result(
+        [LoadedRun(run=run, path=str(out))], title="Calibrated", report_command="tokenwatt report"
+    )
+    (config,) = result.configs
+    assert config.client_calibration is not None
+    assert config.client_calibration.startswith("not client-bound up to 2 req/s")

@@ -81,7 +81,7 @@ async def test_a_full_kv_cache_preempts_and_the_probe_counts_it(vllm_server_pref
     )
     assert calm.preemptions == 0, calm
     full = await _probe_with_readings(
-        url, input_tokens=1024, output_tokens=384, rate_rps=3.0, window_s=8.0
+        url, input_tokens=1024, output_tokens=384, rate_rps=3.0, window_s=14.0
     )
     assert full.preemptions is not None
     assert full.preemptions > 0, full

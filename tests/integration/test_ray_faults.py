@@ -90,8 +90,10 @@ def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh
     # Client side, never the server's: the survivor's requests cut by the stop are cancelled.
     assert set(lost.failures_by_cause) <= {"cancelled"}
     assert not lost.slo_pass
-    # The sweep goes on (a confirmation when a rate passed) on the node still alive only.
-    assert [p.phase for p in after] == (["confirm"] if first.slo_pass else [])
+    # The sweep goes on (a confirmation when a rate passed; a loaded box can fail one and back
+    # off to another, as CI's once did) on the node still alive only.
+    assert all(p.phase == "confirm" for p in after), [p.phase for p in after]
+    assert bool(after) == first.slo_pass
     for probe in after:
         assert probe.load_actors is not None
         assert {a.node_id for a in probe.load_actors} == {cluster.head_node.node_id}

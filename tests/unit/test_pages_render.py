@@ -307,3 +307,15 @@ def test_prefix_hits_per_probe_and_beside_what_the_workload_expects(seed_path):
     del first["probes"][0]["prefix_cache_hit_rate_pct"]
     plain = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
     assert "Prefix-cache hits" not in plain
+
+
+def test_the_calibration_row_shows_only_when_a_config_was_calibrated(seed_path):
+    env = make_environment(REPO / "templates")
+    plain = render_result(view_of(seed_data(seed_path)), env=env, draw=lambda c, p: "<svg></svg>")
+    assert "calibrated before the run" not in plain
+    data = seed_data(seed_path)
+    data["configs"][0]["client_calibration"] = "ceiling 80 req/s, 8,000 events/s"
+    text = render_result(view_of(data), env=env, draw=lambda c, p: "<svg></svg>")
+    row = next(line for line in text.splitlines() if "calibrated before the run" in line)
+    assert "ceiling 80 req/s, 8,000 events/s" in row
+    assert "not calibrated" in row  # the other configs

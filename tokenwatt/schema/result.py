@@ -529,6 +529,11 @@ class ConfigResult(StrictModel):
     engine_telemetry: ConfigTelemetry | None = Field(
         default=None, description="The engine's /metrics at the confirmed rate"
     )
+    client_calibration: str | None = Field(
+        default=None,
+        description="The load generator's self-calibration before the run, in words (its"
+        " ceiling and its errors against the calibration server); null = not calibrated",
+    )
     prefix_expected_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
         default=None,
         description="The prefix-cache hit rate the workload's shared prefixes should give"
