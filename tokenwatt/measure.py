@@ -433,7 +433,7 @@ def prefix_reuse(
     """
     if not workload.shares_prefixes:
         return None
-    info = [(g.name, g.labels) for g in engine_config.info] if engine_config is not None else []
+    info = engine_config.info if engine_config is not None else []
     sim = spec.engine.sim if spec.engine.endpoint == "sim" else None
     block, source = cache_block_tokens(info, sim_block_size=sim.block_size if sim else None)
     rate = workload.expected_hit_rate(block)

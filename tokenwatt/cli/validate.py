@@ -50,24 +50,22 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             kind, model = store.load_any(path)
-            notes = []
+            reuse = None
             if kind == "spec":
                 loaded = store.load_spec(path)
                 reuse = prefix_reuse(check_spec_inputs(loaded), loaded.spec)
-                if reuse is not None:
-                    notes.append(
-                        "shared prefixes: expected prefix-cache hit rate"
-                        f" {reuse.expected_hit_rate_pct:.1f} % at {reuse.block_tokens}-token"
-                        f" blocks ({reuse.block_source}; a run reads the engine's own block size)"
-                    )
         except InputError as exc:
             invalid += 1
             err.print(f"[red]invalid[/red] {escape(str(exc))}")
             continue
         if not args.publish:
             out.print(f"[green]ok[/green] {escape(str(path))} ({kind})")
-            for note in notes:
-                out.print(f"  {escape(note)}")
+            if reuse is not None:
+                out.print(
+                    "  shared prefixes: expected prefix-cache hit rate"
+                    f" {reuse.expected_hit_rate_pct:.1f} % at {reuse.block_tokens}-token blocks"
+                    f" ({escape(reuse.block_source)}; a run reads the engine's own block size)"
+                )
             continue
         broken = _violations(kind, model)
         if not broken:

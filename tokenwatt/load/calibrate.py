@@ -36,7 +36,6 @@ this host's calibration would say nothing of them: it is not run (recorded as ab
 from __future__ import annotations
 
 import logging
-import math
 import os
 import select
 import subprocess
@@ -52,7 +51,8 @@ from tokenwatt.client.openai import request_body
 from tokenwatt.errors import CalibrationError
 from tokenwatt.load.calibration_server import body_key
 from tokenwatt.load.probe import LoadGenerator
-from tokenwatt.load.workload import Workload, mean_tokens
+from tokenwatt.load.workload import Workload
+from tokenwatt.metrics import nearest_rank
 from tokenwatt.schema.run import CalibrationRung, ClientCalibration, ProbeRecord
 from tokenwatt.schema.spec import (
     ArrivalSpec,
@@ -176,17 +176,21 @@ def rung_rates(sweep: SweepSpec, max_rungs: int = MAX_RUNGS) -> list[float]:
 
 
 def _percentile(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 4) if values else None
+    """The nearest-rank percentile (:func:`tokenwatt.metrics.nearest_rank`), None of nothing."""
+    return round(nearest_rank(np.sort(np.asarray(values, dtype=float)), q), 4) if values else None
 
 
 def _errors(
-    record: ProbeRecord, server: dict[str, list[int]], keys: Callable[[int], dict[float, str]]
+    record: ProbeRecord, server: dict[str, list[int]], by_time: dict[float, str]
 ) -> tuple[list[float], list[float]]:
-    """TTFT and TPOT errors, ms, of the window requests matched to the server's stamps."""
+    """TTFT and TPOT errors, ms, of the window requests matched to the server's stamps.
+
+    ``by_time``: each window request's scheduled send (s from the window start, rounded to the
+    µs) to the key of its body.
+    """
     table = record.requests
     if table is None:
         return [], []
-    by_time = keys(record.workers)
     ttft: list[float] = []
     tpot: list[float] = []
     for t_s, client_ttft, client_tpot, status in zip(
@@ -215,25 +219,17 @@ async def _rung(
     plan = ProbePlan(phase="search", rate_rps=request_rate, warmup_s=WARMUP_S, window_s=WINDOW_S)
     record = await gen.probe(plan, index=index, slo=_PERMISSIVE)
     stamps = server.stamps()
-    work, engine = gen.workload, gen.engine
-
-    def keys(workers: int) -> dict[float, str]:
-        # The probe's stream (a re-run with more workers takes the next one).
-        out: dict[float, str] = {}
-        for tries in range(4):
-            stream = index + tries * 1_000_003
-            for i, offset in enumerate(work.arrivals(request_rate, stream=stream)):
-                if offset >= WARMUP_S + WINDOW_S:
-                    break
-                if offset >= WARMUP_S:
-                    key = body_key(request_body(engine, work.request(i, stream=stream)))
-                    if key in stamps:
-                        out[round(offset - WARMUP_S, 6)] = key
-            if out:
-                break
-        return out
-
-    ttft, tpot = _errors(record, stamps, keys)
+    work, engine, stream = gen.workload, gen.engine, gen.last_stream
+    assert stream is not None  # set by the probe
+    by_time: dict[float, str] = {}
+    for i, offset in enumerate(work.arrivals(request_rate, stream=stream)):
+        if offset >= WARMUP_S + WINDOW_S:
+            break
+        if offset >= WARMUP_S:
+            key = body_key(request_body(engine, work.request(i, stream=stream)))
+            if key in stamps:
+                by_time[round(offset - WARMUP_S, 6)] = key
+    ttft, tpot = _errors(record, stamps, by_time)
     table = record.requests
     lags = sorted(table.send_lag_ms) if table is not None else []
     return CalibrationRung(
@@ -270,22 +266,9 @@ async def calibrate(
         CalibrationError: the calibration server did not start.
     """
     t0 = time.monotonic()
-    mean_out = mean_tokens(workload.output_dist) if workload.output_dist is not None else None
-    if mean_out is None and workload.rows:
-        mean_out = math.fsum(r.output_tokens for r in workload.rows) / len(workload.rows)
-    tokens = max(1, min(MAX_OUTPUT_TOKENS, round(mean_out or 128)))
+    tokens = max(1, min(MAX_OUTPUT_TOKENS, round(workload.mean_output_tokens())))
     itl_ms = max(0.05, STREAM_S * 1000.0 / tokens)
     turns = workload.mean_turns
-    cal_engine = engine.model_copy(
-        update={
-            "endpoint": "http://127.0.0.1:1/v1",
-            "model": "calibration",
-            "api": "completions",
-            "ignore_eos": True,
-            "api_key_env": None,
-            "extra_body": {},
-        }
-    )
     cal_work = Workload(
         name="calibration",
         api="completions",
@@ -301,10 +284,19 @@ async def calibrate(
     ceiling: float | None = None
     found = False
     with CalibrationServer(ttft_ms=TTFT_MS, itl_ms=itl_ms) as server:
+        cal_engine = engine.model_copy(
+            update={
+                "endpoint": f"{server.url}/v1",
+                "model": "calibration",
+                "api": "completions",
+                "ignore_eos": True,
+                "api_key_env": None,
+                "extra_body": {},
+            }
+        )
         async with LoadGenerator(
             cal_engine,
             cal_work,
-            base_url=f"{server.url}/v1",
             env=os.environ,
             request_timeout_s=request_timeout_s,
             max_concurrency=max_concurrency,

@@ -151,7 +151,8 @@ class _Conn(asyncio.Protocol):
         self.body: list[bytes] = []
         self.closed = False
         self.busy = False
-        self.queued: list[tuple[bytes, bytes, int]] = []
+        self.queued: list[tuple[bytes, bytes, bytes, int]] = []
+        """Requests read and not yet answered: (method, url, body, read at ns)."""
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -176,9 +177,8 @@ class _Conn(asyncio.Protocol):
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        method = self.parser.get_method()
-        self.queued.append((method, self.url, time.monotonic_ns()))
-        self.queued[-1] = (method, self.url + b"\0" + b"".join(self.body), self.queued[-1][2])
+        body = b"".join(self.body)
+        self.queued.append((self.parser.get_method(), self.url, body, time.monotonic_ns()))
         self.url, self.body = b"", []
         self.next_request()
 
@@ -195,8 +195,7 @@ class _Conn(asyncio.Protocol):
     def next_request(self) -> None:
         if self.busy or not self.queued:
             return
-        method, url_body, t_read_ns = self.queued.pop(0)
-        url, _, body = url_body.partition(b"\0")
+        method, url, body, t_read_ns = self.queued.pop(0)
         if method == b"GET" and url.startswith(b"/stamps"):
             payload = json.dumps(self.server.stamps).encode()
             self.server.stamps = {}
@@ -219,12 +218,10 @@ class _Conn(asyncio.Protocol):
         except (ValueError, TypeError, AttributeError):
             self.write(_BAD_REQUEST)
             self.close()
-            self.next_request()
             return
         self.busy = True
         self.write(_HEAD)
-        key = hashlib.sha1(body).hexdigest()[:16]
-        self.server.add(_Stream(self, key, max(1, tokens), prompt_tokens, t_read_ns))
+        self.server.add(_Stream(self, body_key(body), max(1, tokens), prompt_tokens, t_read_ns))
 
 
 def body_key(body: bytes) -> str:

@@ -75,6 +75,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from tokenwatt.schema.engine import InfoGauge
+
 __all__ = [
     "DEFAULT_CACHE_BLOCK_TOKENS",
     "block_tokens",
@@ -205,19 +207,19 @@ def trace_hit_rate(
 
 
 def cache_block_tokens(
-    info: Sequence[tuple[str, dict[str, str]]], *, sim_block_size: int | None = None
+    info: Sequence[InfoGauge], *, sim_block_size: int | None = None
 ) -> tuple[int, str]:
     """The engine's prefix-cache block size and where it came from.
 
     Args:
-        info: the engine's ``*_info`` gauges as (series name, labels): vLLM's
+        info: the engine's ``*_info`` gauges (its configuration as read in pre-flight): vLLM's
             ``vllm:cache_config_info`` carries ``block_size``.
         sim_block_size: the embedded simulator's ``engine.sim.block_size``, when it serves.
     """
-    for name, labels in info:
-        raw = labels.get("block_size") if name == "vllm:cache_config_info" else None
+    for gauge in info:
+        raw = gauge.labels.get("block_size") if gauge.name == "vllm:cache_config_info" else None
         if raw is not None and raw.isdigit() and int(raw) > 0:
-            return int(raw), f"{name} block_size on the engine's /metrics"
+            return int(raw), f"{gauge.name} block_size on the engine's /metrics"
     if sim_block_size is not None:
         return sim_block_size, "the simulator's engine.sim.block_size"
     return DEFAULT_CACHE_BLOCK_TOKENS, f"assumed {DEFAULT_CACHE_BLOCK_TOKENS} (vLLM's GPU default)"

@@ -213,6 +213,8 @@ class LoadGenerator:
         """The Ray cluster as found when the generator opened (None without ``cluster``)."""
         self._joined_ray = False
         self._eligible_nodes = 1
+        self.last_stream: int | None = None
+        """The workload stream the last probe's record came from (a re-run takes another)."""
         self._lost_nodes: set[str] = set()
         self._explicit_max_workers = max_workers is not None
         self.ramp = ramp
@@ -309,8 +311,7 @@ class LoadGenerator:
 
     def _expected_output_tokens(self) -> float:
         if self._mean_output is None:
-            sample = [self.workload.lengths(i, stream=0)[1] for i in range(256)]
-            self._mean_output = sum(sample) / len(sample)
+            self._mean_output = self.workload.mean_output_tokens()
         return self._mean_output
 
     def workers_for(self, rate_rps: float) -> int:
@@ -419,9 +420,10 @@ class LoadGenerator:
             workers = len(self._pool)  # the workers holding the previous probe's requests
         tries = 0
         while True:
+            self.last_stream = base_stream + tries * 1_000_003
             record = await self._probe_once(
                 workers=workers,
-                stream=base_stream + tries * 1_000_003,
+                stream=self.last_stream,
                 index=index,
                 phase=phase,
                 rate_rps=rate_rps,

@@ -571,6 +571,10 @@ class Workload:
         """``count`` words of a new chat message (about one token each)."""
         return " ".join(_WORDS[w] for w in rng.integers(0, len(_WORDS), size=count).tolist())
 
+    def mean_output_tokens(self, sample: int = 256) -> float:
+        """The mean output length of the first ``sample`` requests of stream 0 (as sent)."""
+        return math.fsum(self.lengths(i, stream=0)[1] for i in range(sample)) / sample
+
     def lengths(self, index: int, *, stream: int = 0) -> tuple[int, int]:
         """(input tokens, output tokens) of request ``index`` of ``stream``.
 
