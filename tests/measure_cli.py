@@ -178,6 +178,31 @@ def load_spec_dict(path: Path) -> dict[str, Any]:
     return data
 
 
+def tiny_sim_spec_data(repo: Path) -> dict[str, Any]:
+    """``tests/data/tiny-sim.spec.yaml`` as a dict, its model config and accuracy suite as
+    absolute paths, so that it can be changed and written anywhere (:func:`write_spec`)."""
+    path = repo / "tests/data/tiny-sim.spec.yaml"
+    data = load_spec_dict(path)
+    for section, key in (("model", "config"), ("accuracy", "suite")):
+        data[section][key] = str((path.parent / data[section][key]).resolve())
+    return data
+
+
+def report_cli(
+    runs: Sequence[Path], out: Path, *, title: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``tokenwatt report RUN... --title TITLE --out OUT`` in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "report", *map(str, runs), "--title", title]
+        + ["--out", str(out)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def validate_cli(path: Path, *, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``tokenwatt validate FILE`` in a subprocess."""
     return subprocess.run(

@@ -11,7 +11,14 @@ import json
 import pytest
 
 from tests import factories
-from tests.measure_cli import error_lines, load_valid_run, measure_argv, run_measure
+from tests.measure_cli import (
+    error_lines,
+    load_valid_run,
+    measure_argv,
+    run_measure,
+    tiny_sim_spec_data,
+    write_spec,
+)
 from tokenwatt.load.calibrate import CalibrationServer, calibrate
 from tokenwatt.load.workload import build_workload
 
@@ -66,18 +73,10 @@ def test_the_server_answers_with_its_shape_and_keeps_its_stamps():
 def test_a_run_the_client_cannot_pace_is_refused_before_any_load(repo, tmp_path):
     """One concurrency slot for 20 req/s of one-second streams: the first rung waits for slots,
     so it is client-bound and the run is refused with exit 2, nothing written."""
-    import yaml
-
-    data = yaml.safe_load((repo / "tests/data/tiny-sim.spec.yaml").read_text(encoding="utf-8"))
+    data = tiny_sim_spec_data(repo)
     data["measurement"]["max_concurrency"] = 1
     data["sweep"] = {"rates": [20]}
-    for key in ("model", "accuracy"):
-        section = data.get(key) or {}
-        for field in ("config", "suite"):
-            if field in section:
-                section[field] = str((repo / "tests/data" / section[field]).resolve())
-    spec_path = tmp_path / "tight.spec.yaml"
-    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    spec_path = write_spec(tmp_path / "tight.spec.yaml", data)
     out = tmp_path / "run.json"
     done = run_measure(measure_argv(spec_path, out, "--no-accuracy"), cwd=repo)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -88,7 +87,7 @@ def test_a_run_the_client_cannot_pace_is_refused_before_any_load(repo, tmp_path)
     # the same spec with room to pace runs, and its run file holds the calibration
     data["measurement"]["max_concurrency"] = 256
     data["sweep"] = {"rates": [2]}
-    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    write_spec(spec_path, data)
     done = run_measure(measure_argv(spec_path, out, "--no-accuracy"), cwd=repo)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "calibration: not client-bound up to 2 req/s" in done.stderr

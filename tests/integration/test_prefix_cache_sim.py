@@ -188,10 +188,7 @@ def test_a_run_records_the_expected_reuse_and_the_page_sets_it_beside_each_probe
     """``tokenwatt run`` on the shared prefixes (the simulator over HTTP) records the workload's
     expected hit rate at the block size the engine's /metrics states; ``tokenwatt report`` and
     the page show it beside the hit rate measured in each probe."""
-    import subprocess
-    import sys
-
-    from tests.measure_cli import load_valid_run, measure_argv, run_measure
+    from tests.measure_cli import load_valid_run, measure_argv, report_cli, run_measure
     from tokenwatt.pages.render import make_environment, render_result, result_view
     from tokenwatt.store import load_result
 
@@ -207,14 +204,7 @@ def test_a_run_records_the_expected_reuse_and_the_page_sets_it_beside_each_probe
     assert measured
     assert all(m is not None and abs(m - 87.16) < 4.0 for m in measured), measured
     result_path = tmp_path / "result.json"
-    report = subprocess.run(
-        [sys.executable, "-m", "tokenwatt", "report", str(out), "--title", "Prefixes"]
-        + ["--out", str(result_path)],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    report = report_cli([out], result_path, title="Prefixes", cwd=repo)
     assert report.returncode == 0, report.stderr[-3000:]
     result = load_result(result_path)
     (config,) = result.configs

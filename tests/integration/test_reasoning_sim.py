@@ -121,28 +121,24 @@ def test_an_slo_on_ttfat_judges_the_first_answer_token_in_virtual_time(repo):
 def test_a_run_on_ttfat_through_report_and_page(repo, tmp_path):
     """``slo.ttfat_p99_ms`` through ``tokenwatt run`` (real time, the reasoning simulator over
     HTTP), ``tokenwatt report`` (which recomputes every probe's verdict on TTFAT) and the page."""
-    import subprocess
-    import sys
-
-    import yaml
-
-    from tests.measure_cli import load_valid_run, measure_argv, run_measure
+    from tests.measure_cli import (
+        load_valid_run,
+        measure_argv,
+        report_cli,
+        run_measure,
+        tiny_sim_spec_data,
+        write_spec,
+    )
     from tokenwatt.pages.render import make_environment, render_result, result_view
     from tokenwatt.store import load_result
 
-    data = yaml.safe_load((repo / "tests/data/tiny-sim.spec.yaml").read_text(encoding="utf-8"))
+    data = tiny_sim_spec_data(repo)
     data["engine"].update(api="chat", ignore_eos=True)
     data["engine"]["sim"]["reasoning_fraction"] = 0.5
     data["workload"]["output_tokens"] = {"dist": "fixed", "value": OUTPUT}
     data["slo"] = {"ttfat_p99_ms": 5000.0, "tpot_p99_ms": 100.0}
     data["sweep"] = {"rates": [2]}
-    for key in ("model", "accuracy"):
-        section = data.get(key) or {}
-        for field in ("config", "suite"):
-            if field in section:
-                section[field] = str((repo / "tests/data" / section[field]).resolve())
-    spec_path = tmp_path / "ttfat.spec.yaml"
-    spec_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    spec_path = write_spec(tmp_path / "ttfat.spec.yaml", data)
     out = tmp_path / "run.json"
     done = run_measure(measure_argv(spec_path, out, "--quick", "--no-accuracy"), cwd=repo)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -152,23 +148,7 @@ def test_a_run_on_ttfat_through_report_and_page(repo, tmp_path):
     assert all(p.ttfat_ms is not None for p in run.probes)
     assert any(p.slo_pass for p in run.probes)
     result_path = tmp_path / "result.json"
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tokenwatt",
-            "report",
-            str(out),
-            "--title",
-            "TTFAT",
-            "--out",
-            str(result_path),
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    report = report_cli([out], result_path, title="TTFAT", cwd=repo)
     assert report.returncode == 0, report.stderr[-3000:]
     raw = json.loads(result_path.read_text(encoding="utf-8"))
     assert raw["slo"] == {"ttfat_p99_ms": 5000.0, "tpot_p99_ms": 100.0}

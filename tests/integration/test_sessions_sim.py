@@ -7,19 +7,29 @@ session whose history outgrows it fails mid-session, as it would against vLLM.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.measure_cli import load_spec_dict, load_valid_run, measure_argv, run_measure, write_spec
+from tests.measure_cli import (
+    load_valid_run,
+    measure_argv,
+    run_measure,
+    tiny_sim_spec_data,
+    write_spec,
+)
+from tests.sessions_checks import (
+    assert_refused_third_turns_cut_their_sessions,
+    by_session,
+    think_time_gaps,
+)
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.session import Conversation
 from tokenwatt.load.workload import build_workload
 from tokenwatt.plan import with_spec
-from tokenwatt.schema.run import ProbeRecord, RequestTable
+from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import SessionSpec, UniformTokens
 from tokenwatt.sim.api import TOKEN_ID_BASE, ChatMessage, chat_prompt_tokens
 from tokenwatt.sim.launch import launch, settings_from_spec
@@ -51,17 +61,6 @@ async def probe(loaded, *, context_tokens: int | None, rate_rps: float = 4.0) ->
         async with LoadGenerator(spec.engine, work, base_url=sim.base_url, workers=1) as gen:
             plan = ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=0.5, window_s=2.0)
             return await gen.probe(plan, index=0, slo=spec.slo)
-
-
-def by_session(table: RequestTable) -> dict[int, dict[int, int]]:
-    """Session -> turn -> row of the table."""
-    assert table.session is not None
-    assert table.turn is not None
-    rows: dict[int, dict[int, int]] = defaultdict(dict)
-    for row, (session, turn) in enumerate(zip(table.session, table.turn, strict=True)):
-        assert turn not in rows[session]
-        rows[session][turn] = row
-    return rows
 
 
 async def test_turn_k_prompt_tokens_are_the_history_by_the_servers_count(repo):
@@ -96,23 +95,7 @@ async def test_each_turn_waits_its_think_time_after_the_previous_reply(repo):
     table = record.requests
     assert table is not None
     work = build_workload(loaded.spec, context_tokens=4096)
-    gaps = 0
-    for session, turns in by_session(table).items():
-        for k, row in turns.items():
-            before = turns.get(k - 1)
-            if before is None:
-                continue
-            think_s = Conversation(work, session, stream=0).think_time_s(k)
-            reply_end_s = (
-                table.t_sched_s[before]
-                + table.send_lag_ms[before] / 1e3
-                + (table.e2e_ms[before] or 0) / 1e3
-            )
-            send_s = table.t_sched_s[row] + table.send_lag_ms[row] / 1e3
-            assert send_s - reply_end_s >= think_s - 1e-6  # never early
-            assert send_s - reply_end_s < think_s + 0.05  # and on time
-            gaps += 1
-    assert gaps >= 5
+    assert think_time_gaps(table, work) >= 5
     # The window holds the turns scheduled inside it, whichever session they belong to: later
     # turns of sessions that started in the warm-up are in, turns due after the window out.
     assert all(0.0 <= t < 2.0 for t in table.t_sched_s)
@@ -126,20 +109,7 @@ async def test_a_failed_turn_cuts_its_session_and_its_later_turns_are_counted_un
     # history (about 150 tokens) no longer fits a 130-token model, and the server refuses it.
     loaded = loaded_with_sessions(repo, turns=4, max_model_len=130)
     record = await probe(loaded, context_tokens=None)  # the harness does not know the context
-    table = record.requests
-    assert table is not None
-    assert table.turn is not None
-    assert 3 not in table.turn  # never sent
-    third = [table.status[r] for t in by_session(table).values() if (r := t.get(2)) is not None]
-    assert third
-    assert set(third) == {"http_error"}, record.failure_examples
-    sessions = record.sessions
-    assert sessions is not None
-    assert sessions.cut >= len(third)
-    assert sessions.completed == 0
-    assert sessions.cut_causes == {"http_error": sessions.cut}
-    assert sessions.unsent_turns == sessions.cut  # each lost its fourth turn
-    assert record.failed == len(third)  # window turns that failed: +inf in the percentiles
+    assert_refused_third_turns_cut_their_sessions(record)
 
 
 async def test_a_session_the_context_cannot_hold_ends_there_without_a_failure(repo):
@@ -189,10 +159,7 @@ async def test_the_history_holds_the_servers_own_reply(repo, api):
 
 
 def test_a_run_of_sessions_end_to_end_counts_sessions_per_second(repo: Path, tmp_path: Path):
-    spec_path = repo / "tests/data/tiny-sim.spec.yaml"
-    data = load_spec_dict(spec_path)
-    for section, key in (("model", "config"), ("accuracy", "suite")):
-        data[section][key] = str((spec_path.parent / data[section][key]).resolve())
+    data = tiny_sim_spec_data(repo)
     data["workload"]["sessions"] = {
         "turns": 3,
         "think_time_s": {"dist": "exponential", "mean": 0.1},

@@ -8,17 +8,20 @@ is the count its usage must give. Each turn waits its think time after the previ
 turn vLLM refuses (a history past its 4,096-token context) cuts its session, recorded as such.
 """
 
-from collections import defaultdict
-
 import httpx
 import pytest
 
 from tests import factories
+from tests.sessions_checks import (
+    assert_refused_third_turns_cut_their_sessions,
+    by_session,
+    think_time_gaps,
+)
 from tokenwatt.client.openai import OpenAIClient
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.session import Conversation
 from tokenwatt.load.workload import build_workload
-from tokenwatt.schema.run import ProbeRecord, RequestTable
+from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.sweep import ProbePlan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peer, pytest.mark.slow]
@@ -38,15 +41,6 @@ def sessions_spec(base_url: str, *, api: str = "completions", **sessions):
         },
         slo={"ttft_p99_ms": 60_000, "tpot_p99_ms": 60_000},
     )
-
-
-def by_session(table: RequestTable) -> dict[int, dict[int, int]]:
-    assert table.session is not None
-    assert table.turn is not None
-    rows: dict[int, dict[int, int]] = defaultdict(dict)
-    for row, (session, turn) in enumerate(zip(table.session, table.turn, strict=True)):
-        rows[session][turn] = row
-    return rows
 
 
 async def session_probe(spec, work, *, window_s: float = 3.0) -> ProbeRecord:
@@ -96,27 +90,17 @@ async def test_turn_k_prompt_tokens_are_the_history_by_vllms_count(vllm_server, 
     assert record.sessions.cut == 0, record.sessions.cut_causes  # no reply lacked its ids
     table = record.requests
     assert table is not None
-    pairs = 0
-    for session, turns in by_session(table).items():
-        for k, row in turns.items():
-            before = turns.get(k - 1)
-            if before is None:
-                continue
-            if api == "completions":
-                history = table.input_tokens[before] + table.output_tokens[before]
-                assert table.input_tokens[row] == history + NEW_TOKENS
-            # the think time after the previous reply: never early, and on time
-            think_s = Conversation(work, session, stream=0).think_time_s(k)
-            reply_end_s = (
-                table.t_sched_s[before]
-                + table.send_lag_ms[before] / 1e3
-                + (table.e2e_ms[before] or 0) / 1e3
-            )
-            send_s = table.t_sched_s[row] + table.send_lag_ms[row] / 1e3
-            assert send_s - reply_end_s >= think_s - 1e-6
-            assert send_s - reply_end_s < think_s + 0.05
-            pairs += 1
-    assert pairs >= 3
+    if api == "completions":
+        pairs = 0
+        for turns in by_session(table).values():
+            for k, row in turns.items():
+                before = turns.get(k - 1)
+                if before is not None:
+                    history = table.input_tokens[before] + table.output_tokens[before]
+                    assert table.input_tokens[row] == history + NEW_TOKENS
+                    pairs += 1
+        assert pairs >= 3
+    assert think_time_gaps(table, work) >= 3
 
 
 async def test_a_turn_vllm_refuses_cuts_its_session(vllm_server):
@@ -127,17 +111,4 @@ async def test_a_turn_vllm_refuses_cuts_its_session(vllm_server):
     spec = sessions_spec(vllm_server.base_url, input_tokens=1800, turns=4, new_tokens=1800)
     work = build_workload(spec, context_tokens=None)
     record = await session_probe(spec, work, window_s=2.0)
-    table = record.requests
-    assert table is not None
-    assert table.turn is not None
-    assert 3 not in table.turn  # never sent
-    third = [table.status[r] for t in by_session(table).values() if (r := t.get(2)) is not None]
-    assert third
-    assert set(third) == {"http_error"}, record.failure_examples
-    sessions = record.sessions
-    assert sessions is not None
-    assert sessions.cut >= len(third)
-    assert sessions.cut_causes == {"http_error": sessions.cut}
-    assert sessions.completed == 0
-    assert sessions.unsent_turns == sessions.cut  # each lost its fourth turn
-    assert record.failed == len(third)
+    assert_refused_third_turns_cut_their_sessions(record)
