@@ -230,6 +230,9 @@ def measured_of_result(result: ResultFile) -> list[Measured]:
                     quick=m.quick,
                     simulated=m.simulated or simulated,
                     complete=m.complete,
+                    above_client_ceiling=above_client_ceiling(
+                        config.client_ceiling_rps, [p.rate_rps for p in config.probes or []]
+                    ),
                     **_evidence(config.audits, config.power_validity, result.hardware.count),
                 )
             )
@@ -306,13 +309,19 @@ def _above_client_ceiling(run: RunFile) -> str | None:
     cal = run.calibration
     if cal is None or not cal.ceiling_found:
         return None
-    ceiling = cal.ceiling_rps or 0.0
-    over = sorted({p.rate_rps for p in run.probes if p.rate_rps > ceiling})
+    return above_client_ceiling(cal.ceiling_rps or 0.0, [p.rate_rps for p in run.probes])
+
+
+def above_client_ceiling(ceiling_rps: float | None, probe_rates_rps: Iterable[float]) -> str | None:
+    """Why probes ran above the calibrated ceiling (None: no ceiling found, or none above it)."""
+    if ceiling_rps is None:
+        return None
+    over = sorted({r for r in probe_rates_rps if r > ceiling_rps})
     if not over:
         return None
     return (
         f"{len(over)} probe rate(s) from {over[0]:g} req/s ran above the load generator's"
-        f" calibrated ceiling of {ceiling:g} req/s: its latencies there are the client's"
+        f" calibrated ceiling of {ceiling_rps:g} req/s: its latencies there are the client's"
     )
 
 

@@ -335,6 +335,11 @@ def _config(
         client_calibration=(
             calibration_text(run.calibration) if run.calibration is not None else None
         ),
+        client_ceiling_rps=(
+            (run.calibration.ceiling_rps or 0.0)
+            if run.calibration is not None and run.calibration.ceiling_found
+            else None
+        ),
         audits=figures.audits,
         power_validity=figures.power_validity,
         engine_version=run.environment.engine_version,

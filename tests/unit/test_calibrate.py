@@ -99,3 +99,23 @@ def test_probes_above_a_found_ceiling_make_a_run_unpublishable():
     lower_bound = calibration(rung(20, False), found=False)  # the ceiling is at least 20
     unbounded = policy.check_run(factories.run(probes=probes, calibration=lower_bound))
     assert "client_ceiling" not in {v.rule for v in unbounded}
+
+
+def test_the_result_carries_the_ceiling_and_its_check_sees_it():
+    from tokenwatt.report import LoadedRun, build_result
+
+    probes = [factories.probe(0, rate=50.0), factories.probe(1, rate=120.0)]
+    found = calibration(rung(20, False), rung(80, False), rung(320, True), found=True)
+
+    def result_of(cal):
+        run = factories.run(probes=probes, calibration=cal)
+        return build_result([LoadedRun("u.json", run)], title="t", report_command="r")
+
+    above = result_of(found)
+    assert above.configs[0].client_ceiling_rps == 80
+    rules = {v.rule: v for v in policy.check_result(above)}
+    assert rules["client_ceiling"].message.startswith("1 probe rate(s) from 120 req/s ran above")
+    # a ceiling not found (every rung passed) bounds nothing, on the result as on the run
+    unbounded = result_of(calibration(rung(20, False), found=False))
+    assert unbounded.configs[0].client_ceiling_rps is None
+    assert "client_ceiling" not in {v.rule for v in policy.check_result(unbounded)}

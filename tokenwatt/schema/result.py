@@ -534,6 +534,12 @@ class ConfigResult(StrictModel):
         description="The load generator's self-calibration before the run, in words (its"
         " ceiling and its errors against the calibration server); null = not calibrated",
     )
+    client_ceiling_rps: NonNeg | None = Field(
+        default=None,
+        description="The rate above which the calibration found the load generator client-bound"
+        " (the run's calibration.ceiling_rps when ceiling_found); a probe above it makes the"
+        " result unpublishable; null = no ceiling found, or not calibrated",
+    )
     prefix_expected_hit_rate_pct: Annotated[float, Field(ge=0, le=100)] | None = Field(
         default=None,
         description="The prefix-cache hit rate the workload's shared prefixes should give"
