@@ -71,10 +71,17 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
         sweep["precision_pct"] = args.precision
     if args.ramp:
         sweep["ramp"] = True
+    if args.no_pairs:
+        sweep["stream_pairs"] = False
     if sweep:
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
-    if args.warmup is not None:
-        measurement = spec.measurement.model_copy(update={"warmup_s": args.warmup})
+    durations = {
+        name: value
+        for name, value in (("warmup_s", args.warmup), ("window_s", args.window))
+        if value is not None
+    }
+    if durations:
+        measurement = spec.measurement.model_copy(update=durations)
         spec = spec.model_copy(update={"measurement": measurement})
     if sim_over:
         update = {}
@@ -187,11 +194,11 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
     seeds = list(range(args.seed, args.seed + args.trials))
     a = trials_of(loaded_a, seeds, args.quick)
     b = trials_of(loaded_b, seeds, args.quick)
-    truth_a = truth_of(loaded_a, a)
-    truth_b = truth_of(loaded_b, b)
+    truth_a = truth_of(loaded_a, a, args.truth)
+    truth_b = truth_of(loaded_b, b, args.truth_b)
     true_change = (truth_b / truth_a - 1) * 100
     outcomes: Counter[str] = Counter()
-    covered = bounded = 0
+    covered = bounded = fixed = 0
     mdes: list[float] = []
     changes: list[float] = []
     # Trial i of each configuration has workload seed i: paired, as `tokenwatt report` pairs
@@ -200,6 +207,14 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
     for ta, tb in zip(a, b, strict=True):
         v = _verdict(ta, tb, spec_a, paired=paired)
         outcomes[v.outcome] += 1
+        fixed += "held fixed" in (v.ci_method or "")
+        print(
+            f"  seed {ta.seed}: {v.outcome} {v.change_pct and round(v.change_pct, 2)}"
+            f" [{v.ci_low_pct and round(v.ci_low_pct, 1)},"
+            f" {v.ci_high_pct and round(v.ci_high_pct, 1)}]"
+            f" MDE {v.mde_pct and round(v.mde_pct, 1)}",
+            file=sys.stderr,
+        )
         if v.change_pct is not None:
             changes.append(v.change_pct)
         if v.mde_pct is not None:
@@ -221,6 +236,7 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
         "true_change_pct": true_change,
         "paired": paired,
         "outcomes": dict(outcomes),
+        "stream_effects": fixed,
         "median_change_pct": statistics.median(changes) if changes else None,
         "bounded": bounded,
         "bounded_missing_truth": bounded - covered,
@@ -322,8 +338,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--warmup", type=float, help="measurement.warmup_s instead of the spec's")
     ap.add_argument("--ramp", action="store_true", help="sweep.ramp: probes ramp from the last")
+    ap.add_argument("--window", type=float, help="measurement.window_s instead of the spec's")
     ap.add_argument(
-        "--truth", type=float, help="accuracy: the truth, req/s, as measured before (no bisection)"
+        "--no-pairs", action="store_true", help="sweep.stream_pairs off (adaptive: no pairs)"
+    )
+    ap.add_argument("--truth-b", type=float, help="compare: the candidate's truth, req/s")
+    ap.add_argument(
+        "--truth", type=float, help="the (baseline's) truth, req/s, measured before (no bisection)"
     )
     ap.add_argument(
         "--unpaired", action="store_true", help="compare: do not pair the runs on their streams"

@@ -28,6 +28,19 @@ there. Three phases:
 
 Every probe is kept, and the capacity of the run is estimated from all of them afterwards, so
 the strategy only decides where to look; it never decides what the answer is.
+
+**Stream pairs** (``sweep.stream_pairs``, on by default where the workload allows it). Refinement
+probes come in pairs: pair m sends workload stream :data:`PAIR_STREAM_BASE` + m, first a step
+above the estimate, then a step below it (at least :data:`PAIR_STEP_LN`), the second time as
+another content variant (the same arrivals and lengths, other prompt tokens, so a prefix cache
+serves nothing of it from the first). Confirmation probes send streams
+:data:`CONFIRM_STREAM_BASE` + n, n counting them. These streams depend only on the pair's and
+the confirmation's number, so every run of a comparison sends the same ones: a stream's own
+effect on the tail (a cluster of long prompts slows every request in flight, for every
+configuration alike) is the same in both, and the comparison's fit
+(:func:`tokenwatt.capacity.relative_capacity`) holds it fixed, reading the slope of the latency
+curve from the two rates of one stream and the difference between configurations from the same
+streams (methodology, "Stream pairs"). The precision target is checked after whole pairs.
 """
 
 from __future__ import annotations
@@ -40,12 +53,28 @@ from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
 from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, SweepResult
 
-__all__ = ["MAX_REFINE", "MIN_STEP_LN", "AdaptiveSweep"]
+__all__ = [
+    "CONFIRM_STREAM_BASE",
+    "MAX_REFINE",
+    "MIN_STEP_LN",
+    "PAIR_STEP_LN",
+    "PAIR_STREAM_BASE",
+    "AdaptiveSweep",
+]
 
 MAX_REFINE = 24
 """Refinement probes at most, whatever the budget."""
 MIN_STEP_LN = 0.02
 """Smallest step above/below the estimate, in ln r (2 %)."""
+PAIR_STEP_LN = 0.05
+"""Smallest step of a stream pair above/below the estimate, in ln r (5 %): the pair's two rates
+are what the comparison reads the latency curve's slope from, against the noise of two windows."""
+_MAX_STEP_LN = 0.15
+PAIR_STREAM_BASE = 1000
+"""Refinement pair m sends workload stream PAIR_STREAM_BASE + m (search probes send their index:
+fewer than this)."""
+CONFIRM_STREAM_BASE = 2000
+"""The n-th confirmation probe (from 0) sends workload stream CONFIRM_STREAM_BASE + n."""
 _CONFIRM_RESERVE = 1.0
 """The budget keeps room for this many confirmation windows per repeat."""
 
@@ -65,19 +94,32 @@ class _State:
     attempt_probes: list[int] = field(default_factory=list)
     done: bool = False
     side: int = 0
+    confirms: int = 0
+    pair_low: float | None = None
+    """The rate the open stream pair's second probe goes to (set with its first)."""
 
 
 class AdaptiveSweep:
     """An adaptive sweep in progress: :meth:`next`, run the probe, :meth:`observe` its record."""
 
-    def __init__(self, sweep: SweepSpec, measurement: MeasurementSpec, slo: SloSpec) -> None:
+    def __init__(
+        self,
+        sweep: SweepSpec,
+        measurement: MeasurementSpec,
+        slo: SloSpec,
+        *,
+        stream_pairs: bool = False,
+    ) -> None:
         """Start a sweep.
 
         Args:
             sweep: the spec's sweep section (``strategy: adaptive``).
             measurement: the durations in force (quick mode shortens them).
             slo: the latency objective the capacity is estimated against.
+            stream_pairs: refine in stream pairs and confirm on numbered streams (module
+                docstring); the caller checks that the workload has content variants.
         """
+        self._pairs = stream_pairs
         self._sweep = sweep
         self._m = measurement
         self._slo = slo
@@ -121,6 +163,7 @@ class AdaptiveSweep:
                 window_s=float(self._m.window_s),
                 attempt=st.attempt,
                 repeat=st.repeat,
+                stream=CONFIRM_STREAM_BASE + st.confirms if self._pairs else None,
             )
         elif st.phase == "refine":
             plan = ProbePlan(
@@ -128,6 +171,8 @@ class AdaptiveSweep:
                 rate_rps=rate,
                 warmup_s=float(self._m.warmup_s),
                 window_s=float(self._m.window_s),
+                stream=PAIR_STREAM_BASE + st.refines // 2 if self._pairs else None,
+                variant=st.refines % 2 if self._pairs else 0,
             )
         else:
             plan = ProbePlan(
@@ -157,6 +202,7 @@ class AdaptiveSweep:
         self._probes.append(record)
         passed = record.slo_pass
         if plan.phase == "confirm":
+            st.confirms += 1
             self._after_confirm(index, passed)
             return
         if passed:
@@ -203,7 +249,7 @@ class AdaptiveSweep:
         # pass more often than long ones near the boundary (tails come in episodes a short window
         # may miss), so the boundary is at or below it more often than above.
         assert st.lo is not None
-        self._next_rate = st.lo
+        self._next_rate = self._refine_rate(self.estimate) if self._pairs else st.lo
 
     def _after_refine(self) -> None:
         st = self._state
@@ -214,6 +260,7 @@ class AdaptiveSweep:
             estimate.half_width_pct is not None
             and estimate.method == "logistic"
             and estimate.half_width_pct <= float(self._sweep.precision_pct)
+            and not (self._pairs and st.refines % 2)  # a pair's second probe first
         )
         out_of_time = self._budget_left_s() < self._m.warmup_s + self._m.window_s
         if precise or out_of_time or st.refines >= MAX_REFINE:
@@ -245,7 +292,16 @@ class AdaptiveSweep:
             step = math.log(estimate.ci_rps[1] / estimate.ci_rps[0]) / 4.0
         else:
             step = abs(math.log(st.hi / st.lo)) / 4.0
-        step = min(max(step, MIN_STEP_LN), 0.15)
+        if self._pairs:
+            # A pair's two rates, above and below one centre (fixed when the pair opens, so the
+            # estimate moving between them cannot shrink the pair): the slope of one stream's
+            # latency curve.
+            if st.refines % 2 == 1 and st.pair_low is not None:
+                return st.pair_low
+            step = min(max(step, PAIR_STEP_LN), _MAX_STEP_LN)
+            st.pair_low = centre * math.exp(-step)
+            return min(float(self._sweep.max_rps), centre * math.exp(step))
+        step = min(max(step, MIN_STEP_LN), _MAX_STEP_LN)
         # Alternate at, above, below: the level and the slope of the fit both need probes.
         side = (0, 1, -1)[st.side % 3]
         st.side += 1

@@ -536,7 +536,12 @@ class RelativeCapacity:
     paired_streams: int = 0
     """Workload streams the fit paired the configurations on (0: unpaired)."""
     stream_correlation: float | None = None
-    """rho: the correlation of two configurations' probes of one stream (None: unpaired)."""
+    """rho: the correlation of two configurations' probes of one stream (None: not fitted)."""
+    stream_effects: int = 0
+    """Streams whose own effect the fit held fixed (0: no stream effects; see "Stream
+    effects")."""
+    slope_streams: int = 0
+    """Of those, streams one configuration sent at two rates or more (the slope's evidence)."""
 
     def change_pct(self, k: int) -> float:
         """Configuration k's capacity change against the first, %."""
@@ -551,7 +556,7 @@ class RelativeCapacity:
 
 
 _Row = tuple[float, float, float, int]
-"""(ln rate, ln p99/S, window requests, the probe's index = its workload stream)."""
+"""(ln rate, ln p99/S, window requests, the probe's workload stream)."""
 
 
 def _p99_rows(probes: Sequence[ProbeRecord], name: SloName, bound_ms: float) -> list[_Row]:
@@ -563,7 +568,7 @@ def _p99_rows(probes: Sequence[ProbeRecord], name: SloName, bound_ms: float) -> 
         if p99 is None or not math.isfinite(p99) or p99 <= 0:
             continue
         rows.append(
-            (math.log(p.rate_rps), math.log(p99 / bound_ms), float(p.window_requests), p.index)
+            (math.log(p.rate_rps), math.log(p99 / bound_ms), float(p.window_requests), p.stream_id)
         )
     return rows
 
@@ -602,8 +607,18 @@ def relative_capacity(
     in different configurations, which weighs their difference more than their sum; one degree
     of freedom goes to rho. Needs :data:`MIN_PAIRED_STREAMS` shared streams and
     :data:`MIN_PAIRED_DOF` degrees of freedom left; otherwise (or when rho comes out 0) the
-    unpaired fit stands. Streams cannot be paired with a fixed effect each: the two sweeps
-    probe a stream at rates a near-constant ratio apart, so the slope would be lost.
+    unpaired fit stands.
+
+    **Stream effects.** When the runs sent some streams at two rates each (the adaptive sweep's
+    stream pairs, :mod:`tokenwatt.adaptive`), the fit does better than a correlation: it gives
+    every stream its own intercept, y = gamma_s + delta_k + kappa x, so whatever a stream's
+    requests do to the tail drops out entirely. The slope kappa then comes from one stream's two
+    rates (the same requests, only faster), and delta_k from the streams the configurations
+    share; ln(c_k / c_0) = -delta_k / kappa. A stream with a single probe in the fit carries no
+    information there and is left out. Used when it has :data:`MIN_PAIRED_STREAMS` shared
+    streams, a stream sent at two rates, and :data:`MIN_PAIRED_DOF` degrees of freedom; the
+    sweeps that place probes independently (bisection: a stream once per run, at rates a
+    near-constant ratio apart in two runs) fall back to the correlation above.
 
     Args:
         runs: each configuration's probes, the reference first.
@@ -632,57 +647,64 @@ def relative_capacity(
             if centre is not None and centre > 0
             else sum(row[0] for row in r) / len(r)
         )
-    fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-    chosen: list[tuple[int, list[_Row]]] = []
-    for _ in range(8):
-        chosen = []
-        for k, r in enumerate(rows):
-            centre_k = centres[k]
-            near = sorted(r, key=lambda row: abs(row[0] - centre_k))
-            inside = [row for row in near if abs(row[0] - centre_k) <= NEIGHBOURHOOD_LN]
-            chosen.append((k, inside if len(inside) >= 2 else near[:2]))
-        design, y, w = _relative_design(chosen, k_count)
-        if len(y) <= k_count + 1:
-            return None
-        sw = np.sqrt(w)
-        beta, *_ = np.linalg.lstsq(design * sw[:, None], y * sw, rcond=None)
-        kappa = float(beta[k_count])
-        if not kappa > 0:
-            return None
-        new = [-float(beta[k]) / kappa for k in range(k_count)]
-        fit = (beta, design, y, w, np.array([len(c) for _, c in chosen]))
-        if max(abs(a - b) for a, b in zip(new, centres, strict=True)) < 1e-6:
-            break
-        centres = new
-    assert fit is not None
-    beta, design, y, w, used = fit
-    dof = len(y) - design.shape[1]
-    resid = y - design @ beta
-    s2 = float((w * resid * resid).sum() / dof)
-    cov = s2 * np.linalg.inv((design.T * w) @ design)
-    streams = np.array([row[3] for _, rows_k in chosen for row in rows_k])
-    configs = np.array([k for k, rows_k in chosen for _ in rows_k])
-    shared = _shared_streams(streams, configs)
     rho: float | None = None
-    if paired and len(shared) >= MIN_PAIRED_STREAMS and dof - 1 >= MIN_PAIRED_DOF:
-        estimate = stream_correlation(
-            (resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist()
-        )
-        gls = _gls(design, y, w, streams, configs, estimate) if estimate > 0 else None
-        if gls is not None and float(gls[0][k_count]) > 0:
-            beta, v_inv, info = gls
-            rho = estimate
-            resid = y - design @ beta
-            dof -= 1  # rho was estimated from the same probes
-            s2 = float(resid @ v_inv @ resid / dof)
-            cov = s2 * np.linalg.inv(info)
+    effects = slope_streams = 0
+    fixed: _FixedEffects | None = None
+    if paired:
+        # Stream effects are fitted around each configuration's own capacity estimate (the
+        # unpaired fit's crossings below move with what the streams did to it).
+        near = _neighbourhood(rows, centres)
+        fixed = _stream_effects(near, k_count)
+    if fixed is not None:
+        beta, cov, dof, s2 = fixed.beta, fixed.cov, fixed.dof, fixed.s2
+        used = np.array(fixed.used)
+        shared = _shared_streams(*_stream_labels(near))
+        effects, slope_streams = fixed.streams, fixed.slope_streams
+    else:
+        fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        chosen: list[tuple[int, list[_Row]]] = []
+        for _ in range(8):
+            chosen = _neighbourhood(rows, centres)
+            design, y, w = _relative_design(chosen, k_count)
+            if len(y) <= k_count + 1:
+                return None
+            sw = np.sqrt(w)
+            beta, *_ = np.linalg.lstsq(design * sw[:, None], y * sw, rcond=None)
+            kappa = float(beta[k_count])
+            if not kappa > 0:
+                return None
+            new = [-float(beta[k]) / kappa for k in range(k_count)]
+            fit = (beta, design, y, w, np.array([len(c) for _, c in chosen]))
+            if max(abs(a - b) for a, b in zip(new, centres, strict=True)) < 1e-6:
+                break
+            centres = new
+        assert fit is not None
+        beta, design, y, w, used = fit
+        dof = len(y) - design.shape[1]
+        resid = y - design @ beta
+        s2 = float((w * resid * resid).sum() / dof)
+        cov = s2 * np.linalg.inv((design.T * w) @ design)
+        streams, configs = _stream_labels(chosen)
+        shared = _shared_streams(streams, configs)
+        if paired and len(shared) >= MIN_PAIRED_STREAMS and dof - 1 >= MIN_PAIRED_DOF:
+            estimate = stream_correlation(
+                (resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist()
+            )
+            gls = _gls(design, y, w, streams, estimate) if estimate > 0 else None
+            if gls is not None and float(gls[0][k_count]) > 0:
+                beta, v_inv, info = gls
+                rho = estimate
+                resid = y - design @ beta
+                dof -= 1  # rho was estimated from the same probes
+                s2 = float(resid @ v_inv @ resid / dof)
+                cov = s2 * np.linalg.inv(info)
     kappa = float(beta[k_count])
     t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
     log_ratio = [0.0]
     cis: list[tuple[float, float] | None] = [(0.0, 0.0)]
     ses: list[float | None] = [0.0]
     for k in range(1, k_count):
-        g = np.zeros(design.shape[1])
+        g = np.zeros(k_count + 1)
         g[0], g[k] = 1.0, -1.0
         num = float(g @ beta)
         v_nn = float(g @ cov @ g)
@@ -697,7 +719,13 @@ def relative_capacity(
             continue
         qb = -2.0 * (num * kappa - t * t * v_nk)
         qc = num * num - t * t * v_nn
-        root = math.sqrt(max(0.0, qb * qb - 4.0 * qa * qc))
+        disc = qb * qb - 4.0 * qa * qc
+        if disc <= 0:
+            # Only a covariance that is not positive definite gets here (the estimate is
+            # inside a proper Fieller set): no interval rather than a point.
+            cis.append(None)
+            continue
+        root = math.sqrt(disc)
         cis.append(((-qb - root) / (2.0 * qa), (-qb + root) / (2.0 * qa)))
     return RelativeCapacity(
         slo=binding,
@@ -708,9 +736,96 @@ def relative_capacity(
         slope=kappa,
         probes_used=[int(u) for u in used],
         residual_sd=math.sqrt(s2),
-        paired_streams=len(shared) if rho is not None else 0,
+        paired_streams=len(shared) if rho is not None or effects else 0,
         stream_correlation=rho,
+        stream_effects=effects,
+        slope_streams=slope_streams,
     )
+
+
+@dataclass(frozen=True)
+class _FixedEffects:
+    """The stream-effects fit, in the joint fit's parameters (alpha_0 = 0, delta_k, kappa)."""
+
+    beta: np.ndarray
+    cov: np.ndarray
+    dof: int
+    s2: float
+    streams: int
+    slope_streams: int
+    used: list[int]
+    """Probes of each configuration in the fit (those of streams with a single probe left out)."""
+
+
+def _neighbourhood(
+    rows: Sequence[list[_Row]], centres: Sequence[float]
+) -> list[tuple[int, list[_Row]]]:
+    """Each configuration's rows within :data:`NEIGHBOURHOOD_LN` of its centre (at least two)."""
+    chosen: list[tuple[int, list[_Row]]] = []
+    for k, r in enumerate(rows):
+        centre_k = centres[k]
+        near = sorted(r, key=lambda row: abs(row[0] - centre_k))
+        inside = [row for row in near if abs(row[0] - centre_k) <= NEIGHBOURHOOD_LN]
+        chosen.append((k, inside if len(inside) >= 2 else near[:2]))
+    return chosen
+
+
+def _stream_labels(chosen: Sequence[tuple[int, Sequence[_Row]]]) -> tuple[np.ndarray, np.ndarray]:
+    """(stream, configuration) of every chosen row, in order."""
+    streams = np.array([row[3] for _, rows_k in chosen for row in rows_k])
+    configs = np.array([k for k, rows_k in chosen for _ in rows_k])
+    return streams, configs
+
+
+def _stream_effects(
+    chosen: Sequence[tuple[int, Sequence[_Row]]], k_count: int
+) -> _FixedEffects | None:
+    """The fit of y = gamma_s + delta_k + kappa x by weighted least squares ("Stream effects").
+
+    None when the probes do not support it: fewer than :data:`MIN_PAIRED_STREAMS` streams
+    shared by two configurations, no stream sent at two rates by one configuration, fewer than
+    :data:`MIN_PAIRED_DOF` degrees of freedom, a design that does not determine every
+    parameter, or a slope that is not positive.
+    """
+    streams, configs = _stream_labels(chosen)
+    x = np.array([row[0] for _, rows_k in chosen for row in rows_k])
+    y = np.array([row[1] for _, rows_k in chosen for row in rows_k])
+    w = np.array([row[2] for _, rows_k in chosen for row in rows_k])
+    keep = np.array([int((streams == s).sum()) >= 2 for s in streams])
+    st, cf, xs, ys, ws = streams[keep], configs[keep], x[keep], y[keep], w[keep]
+    if len(_shared_streams(st, cf)) < MIN_PAIRED_STREAMS:
+        return None
+    slope_streams = sum(
+        1
+        for s in set(st.tolist())
+        if any(len(set(xs[(st == s) & (cf == k)].tolist())) >= 2 for k in range(k_count))
+    )
+    if slope_streams == 0:
+        return None
+    ids = sorted(set(st.tolist()))
+    design = np.zeros((len(ys), (k_count - 1) + 1 + len(ids)))
+    for i, (s, k) in enumerate(zip(st.tolist(), cf.tolist(), strict=True)):
+        if k > 0:
+            design[i, k - 1] = 1.0
+        design[i, k_count - 1] = xs[i]
+        design[i, k_count + ids.index(s)] = 1.0
+    dof = len(ys) - design.shape[1]
+    info = (design.T * ws) @ design
+    if dof < MIN_PAIRED_DOF or np.linalg.matrix_rank(info) < design.shape[1]:
+        return None
+    coef = np.linalg.solve(info, design.T @ (ws * ys))
+    if not coef[k_count - 1] > 0:
+        return None
+    resid = ys - design @ coef
+    s2 = float((ws * resid * resid).sum() / dof)
+    inner = s2 * np.linalg.inv(info)
+    # Back to the joint fit's parameters: alpha_0 = 0 (the streams hold the level),
+    # alpha_k = delta_k, kappa.
+    beta = np.concatenate([[0.0], coef[:k_count]])
+    cov = np.zeros((k_count + 1, k_count + 1))
+    cov[1:, 1:] = inner[:k_count, :k_count]
+    used = [int((cf == k).sum()) for k in range(k_count)]
+    return _FixedEffects(beta, cov, dof, s2, len(ids), slope_streams, used)
 
 
 def _gls(
@@ -718,17 +833,19 @@ def _gls(
     y: np.ndarray,
     w: np.ndarray,
     streams: np.ndarray,
-    configs: np.ndarray,
     rho: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Generalised least squares: (coefficients, V^-1, X' V^-1 X).
 
-    V = W^-1/2 C W^-1/2, with C[i, j] = rho for two probes of one stream in different
-    configurations.
+    V = W^-1/2 C W^-1/2, with C[i, j] = rho for any two probes of one stream: a random effect
+    per stream, so C stays positive definite however often a stream was probed (with rho only
+    between configurations, a stream each configuration sent twice made C indefinite for
+    rho > 1/2, and the interval collapsed to a point).
     """
     corr = np.eye(len(y))
-    same = (streams[:, None] == streams[None, :]) & (configs[:, None] != configs[None, :])
+    same = streams[:, None] == streams[None, :]
     corr[same] = rho
+    np.fill_diagonal(corr, 1.0)
     inv_sw = 1.0 / np.sqrt(w)
     v_inv = np.linalg.inv(inv_sw[:, None] * corr * inv_sw[None, :])
     info = design.T @ v_inv @ design

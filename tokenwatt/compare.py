@@ -4,15 +4,20 @@
 requests). The change of the candidate (role ``tuned``) against the baseline is the ratio of
 their SLO capacities from one joint fit of both runs' probes
 (:func:`tokenwatt.capacity.relative_capacity`), with its 95 % interval. Both configurations see
-the same arrival schedules and request lengths at the same rate (each probe of a run uses its
-own workload stream, the same for every run of the comparison: common random numbers), so what
-differs between them is the configuration, not the luck of the draw; when the runs' workload
-sections are the same (seed included), the fit pairs them stream by stream (the probes of one
-stream are correlated, and the fit weighs their difference), so what a stream's requests do to
-every configuration alike largely cancels from the ratio. When the comparison holds a
-repeat of the baseline (role ``other``), its capacity change against the baseline is the
-*drift*, and the interval is widened by its size on both sides: a change the baseline shows
-against itself is no evidence. Outcomes, from the widened interval:
+the same arrival schedules and request lengths at the same rate (each probe of a run sends a
+workload stream chosen by its place in the sweep, the same for every run of the comparison:
+common random numbers), so what differs between them is the configuration, not the luck of the
+draw. When the runs' workload sections are the same (seed included), the fit pairs them stream
+by stream, so what a stream's requests do to every configuration alike cancels from the ratio:
+where the runs sent streams at two rates (the adaptive sweep's stream pairs) it holds each
+stream's own effect fixed, reading the latency curve's slope from one stream's two rates and the
+difference between the configurations from the streams they share; otherwise (bisection sends
+each stream once) it takes two configurations' probes of a stream as correlated and weighs their
+difference more than their sum (``benchmarks/README.md``, "The verdict against the truth",
+measures both). When the comparison holds a repeat of the baseline (role ``other``), its
+capacity change against the baseline is the *drift*, and the interval is widened by its size on
+both sides: a change the baseline shows against itself is no evidence. Outcomes, from the
+widened interval:
 
 - ``gate_failed``: the candidate's accuracy dropped by more than ``max_drop_pts``;
 - ``better`` / ``worse``: the interval lies wholly above / below 0;
@@ -406,6 +411,22 @@ def verdicts_from_probes(
     return verdicts, correction
 
 
+def _pairing_text(relative: RelativeCapacity) -> str:
+    """How the joint fit paired the configurations, for the verdict's method."""
+    if relative.stream_effects:
+        return (
+            f", each of {relative.stream_effects} workload streams' own effect held fixed"
+            f" ({relative.paired_streams} shared by the configurations, {relative.slope_streams}"
+            " sent at two rates)"
+        )
+    if relative.stream_correlation is not None:
+        return (
+            f", paired on {relative.paired_streams} shared workload streams (generalised"
+            f" least squares, stream correlation {relative.stream_correlation:.2f})"
+        )
+    return ""
+
+
 def _gate_failed(candidate: CapacityFigures, max_drop_pts: float | None) -> bool:
     return (
         max_drop_pts is not None
@@ -531,12 +552,7 @@ def capacity_verdict(
         ci_high_pct=high,
         ci_method=(
             "joint fit of ln p99 against ln rate with a common slope"
-            + (
-                f", paired on {relative.paired_streams} shared workload streams (generalised"
-                f" least squares, stream correlation {relative.stream_correlation:.2f})"
-                if relative.stream_correlation is not None
-                else ""
-            )
+            + _pairing_text(relative)
             + f" (Fieller interval, Student's t with {dof} df), widened by the drift"
         ),
         test=None,

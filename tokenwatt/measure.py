@@ -518,7 +518,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         state.started = previous.environment.started_utc
     sim = None
     sampler: Sampler | None = None
-    sweep = make_strategy(eff_s, eff_m, spec.slo)
+    sweep = make_strategy(eff_s, eff_m, spec.slo, workload=spec.workload)
     started_load = False
     try:
         if spec.engine.endpoint == "sim":

@@ -156,7 +156,7 @@ def run_trial(
     spec = seeded.spec
     measurement, sweep, _ = effective_settings(spec, quick=quick)
     server = _server(seeded, config, float(measurement.request_timeout_s))
-    strategy = make_strategy(sweep, measurement, spec.slo)
+    strategy = make_strategy(sweep, measurement, spec.slo, workload=spec.workload)
     probes: list[ProbeRecord] = []
     seconds: list[float] = []
     while (p := strategy.next()) is not None:

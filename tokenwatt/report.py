@@ -187,6 +187,7 @@ def _probe_points(run: RunFile) -> list[ProbePoint]:
             send_lag_p99_ms=p.send_lag_p99_ms,
             stopped_early=p.early_stop is not None,
             cut_requests=p.early_stop.cut_window_requests if p.early_stop is not None else 0,
+            **({"stream": p.stream, "variant": p.variant} if p.stream is not None else {}),
             carried_requests=p.ramp.carried_requests if p.ramp is not None else None,
             ttft_over_pct=_over_pct(p, "ttft_ms", slo.ttft_p99_ms)
             if slo.first_token == "ttft"

@@ -35,7 +35,7 @@ from typing import Any
 from tokenwatt.errors import RunFileError
 from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample, ProbeRecord, RunFile
 from tokenwatt.schema.spec import MeasurementSpec, Spec
-from tokenwatt.sweep import ProbePlan, Strategy
+from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan, Strategy
 
 __all__ = [
     "ResumeCheck",
@@ -153,6 +153,13 @@ def _same_plan(plan: ProbePlan, record: ProbeRecord) -> list[str]:
         ("repeat", plan.repeat, record.repeat),
     ]
     out = [f"{k} {want!r}, recorded {got!r}" for k, want, got in pairs if want != got]
+    if record.stream is not None:
+        # A probe re-run with more workers (it was client-bound) took a later stream.
+        want_stream = record.index if plan.stream is None else plan.stream
+        if (record.stream - want_stream) % RERUN_STREAM_STEP or record.stream < want_stream:
+            out.append(f"stream {want_stream}, recorded {record.stream}")
+        if plan.variant != record.variant:
+            out.append(f"variant {plan.variant}, recorded {record.variant}")
     for name, want_f, got_f in [
         ("rate_rps", plan.rate_rps, record.rate_rps),
         ("warmup_s", plan.warmup_s, record.warmup_s),

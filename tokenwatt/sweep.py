@@ -5,15 +5,18 @@ Two strategies (``sweep.strategy``): ``bisect``, the seed's protocol, described 
 narrow the SLO-capacity interval most. Whichever placed them, the SLO capacity and its interval
 are estimated afterwards from every probe (:mod:`tokenwatt.capacity`).
 
-**Common random numbers.** Probe i of a run sends the workload's stream i: its arrival
-schedule (exponential or gamma gaps drawn for a unit rate, divided by the probe's rate) and its
-request lengths depend only on the workload seed and i. Every configuration of a comparison
-measured with the same spec seed therefore sees the same arrivals and lengths at the same rate,
-and time-scaled copies of them at other rates, so the comparison is between the configurations,
-not between two draws of the workload. Prompts differ between the probes of a run, so a prefix
-cache never serves one probe from another's prompts; they are the same for the same probe of
-another run, so restart the server (or turn its prefix cache off) between the runs of a
-comparison, as a change of kernels or settings does anyway.
+**Common random numbers.** Probe i of a run sends the workload's stream i (the adaptive sweep
+numbers its refinement and confirmation streams apart: :mod:`tokenwatt.adaptive`, "Stream
+pairs"): its arrival schedule (exponential or gamma gaps drawn for a unit rate, divided by the
+probe's rate) and its request lengths depend only on the workload seed and the stream. Every
+configuration of a comparison measured with the same spec seed therefore sees the same arrivals
+and lengths at the same rate, and time-scaled copies of them at other rates, so the comparison is
+between the configurations, not between two draws of the workload; the run file records each
+probe's stream. Prompts differ between the probes of a run (a stream sent twice is sent the
+second time with other prompt tokens), so a prefix cache never serves one probe from another's
+prompts; they are the same for the same probe of another run, so restart the server (or turn its
+prefix cache off) between the runs of a comparison, as a change of kernels or settings does
+anyway.
 
 **Search.** Search probes use ``search_window_s``. From ``start_rps`` the rate is multiplied by
 ``growth`` until a probe fails or ``max_rps`` is reached (the last step is cut to ``max_rps``).
@@ -85,10 +88,11 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tokenwatt.schema.run import ProbePhase, ProbeRecord
-from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
+from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec, WorkloadSpec
 
 __all__ = [
     "MAX_DOWN_STEPS",
+    "RERUN_STREAM_STEP",
     "ProbePlan",
     "Strategy",
     "Sweep",
@@ -99,6 +103,10 @@ __all__ = [
 ]
 
 MAX_DOWN_STEPS = 8
+
+RERUN_STREAM_STEP = 1_000_003
+"""A probe re-run because it was client-bound sends stream ``s + RERUN_STREAM_STEP`` (fresh
+prompts: the first try may have left them in a prefix cache)."""
 
 
 @dataclass(frozen=True)
@@ -121,10 +129,18 @@ class ProbePlan:
     """Also stop it once its window provably meets the SLO, whatever the rest does."""
     ramp: bool = False
     """Start on the previous probe's requests still in flight (see "Ramp")."""
+    stream: int | None = None
+    """Workload stream of its arrivals and lengths (None: the probe's index; "Common random
+    numbers")."""
+    variant: int = 0
+    """Content variant of the stream: v > 0 for a stream sent again in the same run (other prompt
+    tokens, the same arrivals and lengths; :mod:`tokenwatt.load.workload`)."""
 
     def __post_init__(self) -> None:
         if not self.rate_rps > 0 or not self.window_s > 0 or self.warmup_s < 0:
             raise ValueError("need rate_rps > 0, window_s > 0 and warmup_s >= 0")
+        if (self.stream is not None and self.stream < 0) or self.variant < 0:
+            raise ValueError("need stream >= 0 and variant >= 0")
 
 
 def may_ramp(previous: ProbeRecord | None, slo: SloSpec) -> bool:
@@ -365,10 +381,21 @@ class Strategy(Protocol):
         """What the probe handed out by :meth:`next` measured, and its probe-seconds."""
 
 
-def make_strategy(sweep: SweepSpec, measurement: MeasurementSpec, slo: SloSpec) -> Strategy:
-    """The sweep ``sweep.strategy`` names (explicit ``rates`` always use the listed rates)."""
+def make_strategy(
+    sweep: SweepSpec,
+    measurement: MeasurementSpec,
+    slo: SloSpec,
+    *,
+    workload: WorkloadSpec | None = None,
+) -> Strategy:
+    """The sweep ``sweep.strategy`` names (explicit ``rates`` always use the listed rates).
+
+    The adaptive sweep refines in stream pairs when ``sweep.stream_pairs`` asks for them and
+    ``workload`` (the spec's) can send a stream again with other prompt tokens.
+    """
     if sweep.strategy == "adaptive" and sweep.rates is None:
         from tokenwatt.adaptive import AdaptiveSweep  # it builds on this module
 
-        return AdaptiveSweep(sweep, measurement, slo)
+        pairs = sweep.stream_pairs and workload is not None and workload.varies_content
+        return AdaptiveSweep(sweep, measurement, slo, stream_pairs=pairs)
     return Sweep(sweep, measurement)

@@ -67,6 +67,43 @@ async def test_hit_rate_over_http_matches_the_construction(repo: Path):
     assert measured == pytest.approx(expected, abs=2.0)
 
 
+async def test_a_stream_sent_again_as_another_variant_finds_nothing_cached(repo: Path):
+    """The adaptive sweep's stream pairs send a stream twice in one run: the second time as
+    content variant 1 (the same arrivals and lengths, other tokens). Over HTTP, the simulator's
+    cache then serves only the variant's own shared prefixes (the construction's 87.2 %, as the
+    first sending), where the same variant sent again is served whole from the cache."""
+    loaded = load_spec(repo / SPEC)
+    spec = loaded.spec
+    work = build_workload(spec, trace_file=loaded.trace_file, context_tokens=4096)
+
+    def plan(variant: int) -> ProbePlan:
+        return ProbePlan(
+            phase="refine", rate_rps=RATE, warmup_s=2, window_s=4, stream=1000, variant=variant
+        )
+
+    with launch(settings_from_spec(loaded)) as sim:
+        async with LoadGenerator(
+            spec.engine, work, base_url=sim.base_url, metrics_url=sim.metrics_url, workers=1
+        ) as gen:
+            first = await gen.probe(plan(0), index=0, slo=spec.slo)
+            variant = await gen.probe(plan(1), index=1, slo=spec.slo)
+            again = await gen.probe(plan(0), index=2, slo=spec.slo)
+    rates: list[float] = []
+    for record in (first, variant, again):
+        assert record.failed == 0, record.failure_examples
+        assert record.engine is not None
+        assert record.stream == 1000
+        assert record.engine.prefix_cache_hit_rate_pct is not None
+        rates.append(record.engine.prefix_cache_hit_rate_pct)
+    assert [r.variant for r in (first, variant, again)] == [0, 1, 0]
+    # Same arrivals: the same window requests at the same rate.
+    assert first.window_requests == variant.window_requests == again.window_requests
+    expected = expected_pct(loaded, own_mean=64, warmup_s=2, window_s=4)
+    assert rates[0] == pytest.approx(expected, abs=2.0)
+    assert rates[1] == pytest.approx(expected, abs=2.0)
+    assert rates[2] > 99.0  # 32 whole blocks of 514 tokens: 512 cached
+
+
 def test_hit_rate_in_virtual_time_matches_the_construction(repo: Path):
     base = load_spec(repo / SPEC)
     own = UniformTokens(min=16, max=112)  # mean 64

@@ -296,3 +296,104 @@ def test_a_log_ratio_in_percent_by_hand():
     assert pct_of_log_ratio(math.log(0.5)) == pytest.approx(-50.0)
     assert pct_of_log_ratio(math.log(2.0)) == pytest.approx(100.0)
     assert pct_of_log_ratio(0.0) == 0.0
+
+
+def _pair_runs(noise: dict[tuple[int, int, int], float]):
+    """Two configurations measured the adaptive sweep's way: streams 1000-1002 each at two rates
+    in each configuration (a stream pair), stream 2000 once each (a confirmation).
+
+    ln(p99 / S) = 0.4 ln(r / c_k) + u_s (+ noise): the stream moves every probe of it alike, by
+    far more than the noise; B crosses 8 % further right (c = 10 and 10.8).
+    """
+    u = {1000: 0.04, 1001: -0.05, 1002: 0.02, 2000: -0.03}
+    rates = {0: (10.5, 9.5, 10.8, 9.7, 10.4, 9.4), 1: (11.4, 10.3, 11.6, 10.2, 11.1, 10.1)}
+    confirm = {0: 9.8, 1: 10.6}
+
+    def run(k, capacity_rps):
+        out = []
+        plan = [(1000 + i // 2, i % 2, r) for i, r in enumerate(rates[k])] + [(2000, 0, confirm[k])]
+        for index, (s, v, r) in enumerate(plan):
+            e = noise.get((k, s, v), 0.0)
+            p99 = 40.0 * math.exp(0.4 * math.log(r / capacity_rps) + u[s] + e)
+            out.append(factories.probe(index, rate=r, window_requests=300, ok=300, stream=s,
+                                       variant=v, tpot_ms=factories.stats(p99, 300)))  # fmt: skip
+        return out
+
+    return run(0, 10.0), run(1, 10.8)
+
+
+def test_stream_effects_recover_the_change_exactly_without_noise():
+    # y = u_s + 0.4 (x - ln c_k) is the model itself: the fit holds every stream fixed and
+    # reads the slope from each stream's two rates, so ln(10.8 / 10) comes out exactly.
+    a, b = _pair_runs({})
+    rel = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 10.8], paired=True)
+    assert rel is not None
+    assert rel.stream_effects == 4
+    assert rel.slope_streams == 3
+    assert rel.paired_streams == 4
+    assert rel.stream_correlation is None
+    assert rel.slope == pytest.approx(0.4, rel=1e-9)
+    assert rel.change_pct(1) == pytest.approx(8.0, abs=1e-7)
+    # 14 probes, 6 parameters (delta, kappa, 4 streams).
+    assert rel.dof == 8
+
+
+def test_stream_effects_interval_holds_the_change_and_beats_the_correlation():
+    noise = {(0, 1000, 0): 0.004, (0, 1001, 1): -0.003, (0, 1002, 0): 0.002, (0, 2000, 0): -0.002,
+             (1, 1000, 1): -0.003, (1, 1001, 0): 0.004, (1, 1002, 1): -0.002, (1, 2000, 0): 0.003}  # fmt: skip
+    a, b = _pair_runs(noise)
+    rel = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 10.8], paired=True)
+    assert rel is not None
+    assert rel.stream_effects == 4
+    # By hand, the same model by ordinary least squares (equal weights: 300 requests each).
+    rows = []
+    for k, run in enumerate((a, b)):
+        for p in run:
+            rows.append((k, p.stream, math.log(p.rate_rps), math.log(p.tpot_ms.p99 / 40.0)))
+    ids = sorted({r[1] for r in rows})
+    x = [[float(k), xr] + [1.0 if s == i else 0.0 for i in ids] for k, s, xr, _ in rows]
+    import numpy as np
+
+    coef, *_ = np.linalg.lstsq(np.array(x), np.array([r[3] for r in rows]), rcond=None)
+    assert rel.change_pct(1) == pytest.approx(pct_of_log_ratio(-coef[0] / coef[1]), rel=1e-9)
+    ci = rel.ci_pct(1)
+    assert ci is not None
+    assert ci[0] < 8.0 < ci[1]
+    assert ci[0] > 0  # the 8 % change is seen
+    # Without pairing, the streams' own effects (5 % either way) swamp it.
+    unpaired = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 10.8])
+    assert unpaired is not None
+    assert rel.log_se[1] is not None
+    assert unpaired.log_se[1] is not None
+    assert rel.log_se[1] < unpaired.log_se[1] / 5
+
+
+def test_stream_effects_need_a_stream_sent_at_two_rates():
+    # Every stream once per configuration (bisection's way): no slope within a stream, so the
+    # fit keeps to the correlation between the configurations' probes of a stream.
+    a, b = _stream_runs(NOISE_A, NOISE_B)
+    rel = relative_capacity([a, b], SLO, binding="tpot", centres_rps=[10.0, 11.0], paired=True)
+    assert rel is not None
+    assert rel.stream_effects == 0
+    assert rel.stream_correlation is not None
+
+
+def test_the_correlation_fit_stays_proper_with_streams_sent_twice():
+    # A sends stream 1000 twice, B once, both send 1001 and 2000: too few degrees of freedom for
+    # stream effects (7 probes, 5 parameters), so the fit pairs by correlation. It treats every
+    # two probes of a stream alike, so its covariance stays positive definite with a stream sent
+    # three times (with rho only between configurations it was indefinite for rho > 0.71, and
+    # the interval collapsed to a point).
+    a, b = _pair_runs({(0, 1000, 0): 0.004, (1, 1001, 0): -0.003, (0, 2000, 0): 0.002})
+    a2 = [p for p in a if p.stream in (1000, 2000)] + [a[2]]
+    b2 = [b[0], b[2], b[-1]]
+    assert [p.stream for p in a2] == [1000, 1000, 2000, 1001]
+    assert [p.stream for p in b2] == [1000, 1001, 2000]
+    rel = relative_capacity([a2, b2], SLO, binding="tpot", centres_rps=[10.0, 10.8], paired=True)
+    assert rel is not None
+    assert rel.stream_effects == 0
+    assert rel.stream_correlation == MAX_STREAM_CORRELATION
+    assert rel.log_se[1] is not None
+    assert rel.log_se[1] > 1e-4
+    ci = rel.ci_pct(1)
+    assert ci is None or ci[1] - ci[0] > 1.0

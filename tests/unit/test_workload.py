@@ -263,3 +263,74 @@ def test_traces_that_cannot_give_trace_arrivals(tmp_path):
             factories.spec(workload={"trace": "one.jsonl", "arrival": {"process": "trace"}}),
             trace_file=tmp_path / "one.jsonl",
         )
+
+
+def test_a_content_variant_keeps_the_shape_and_changes_every_token():
+    s = factories.spec(
+        workload={
+            "trace": "chat-mix-v1",
+            "prefix": {"groups": 2, "shared_tokens": 32},
+            "input_tokens": {"dist": "uniform", "min": 8, "max": 64},
+            "output_tokens": 16,
+            "seed": 7,
+        }
+    )
+    work = build_workload(s, context_tokens=4096)
+    assert work.varies_content
+    low, high = wl.token_id_range(work.vocab_size)
+    first = [work.request(i, stream=5) for i in range(30)]
+    again = [work.request(i, stream=5, variant=1) for i in range(30)]
+    assert [work.request(i, stream=5, variant=0) for i in range(30)] == first
+    for a, b in zip(first, again, strict=True):
+        assert (a.input_tokens, a.max_tokens) == (b.input_tokens, b.max_tokens)
+        assert a.prompt_ids is not None
+        assert b.prompt_ids is not None
+        assert len(a.prompt_ids) == len(b.prompt_ids)
+        # Every token differs, so no cache block of the first sending serves the second.
+        assert all(x != y for x, y in zip(a.prompt_ids, b.prompt_ids, strict=True))
+        assert all(low <= y < high for y in b.prompt_ids)
+    # Within the variant, the shared prefixes are still shared: two groups, 32 tokens each.
+    heads = {tuple(r.prompt_ids[:32]) for r in again if r.prompt_ids is not None}
+    assert len(heads) == 2
+    assert heads.isdisjoint({tuple(r.prompt_ids[:32]) for r in first if r.prompt_ids})
+    # Another variant is another content again.
+    third = work.request(0, stream=5, variant=2)
+    assert third.prompt_ids != first[0].prompt_ids
+    assert third.prompt_ids != again[0].prompt_ids
+
+
+def test_a_chat_variant_changes_every_word_and_keeps_the_count():
+    s = factories.spec(
+        engine={"endpoint": "http://127.0.0.1:1/v1", "model": "tiny", "api": "chat"},
+        workload={"input_tokens": 50, "output_tokens": 7},
+    )
+    work = build_workload(s, context_tokens=4096)
+    a, b = work.request(3, stream=1), work.request(3, stream=1, variant=1)
+    assert a.prompt_text is not None
+    assert b.prompt_text is not None
+    words_a, words_b = a.prompt_text.split(), b.prompt_text.split()
+    assert len(words_a) == len(words_b) == 50
+    assert all(x != y for x, y in zip(words_a, words_b, strict=True))
+
+
+def test_real_prompts_have_no_content_variants(tmp_path):
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi there"}]}]))
+    work = wl.Workload(
+        name="t",
+        api="completions",
+        vocab_size=1000,
+        seed=0,
+        arrival=factories.spec().workload.arrival,
+        input_dist=None,
+        output_dist=wl.CHAT_MIX_V1[1],
+        rows=None,
+        context_tokens=None,
+        prompts=["hi there"],
+    )
+    assert not work.varies_content
+    assert work.request(0, variant=0).prompt_text == "hi there"
+    with pytest.raises(ValueError, match="no content variants"):
+        work.request(0, variant=1)
+    with pytest.raises(ValueError, match="non-negative"):
+        work.request(0, variant=-1)

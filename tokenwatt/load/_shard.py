@@ -221,6 +221,8 @@ class ShardPlan:
     stream: int
     t0_ns: int
     """Probe start on the monotonic clock: arrival offsets count from here."""
+    variant: int = 0
+    """Content variant of the stream (:mod:`tokenwatt.load.workload`)."""
     shard: int = 0
     shards: int = 1
     max_concurrency: int = 8192
@@ -401,7 +403,7 @@ class Shard:
                     self._check_window()
                 if self._stopped:
                     break
-                prepared = self.client.prepare(self._first_request(i, plan.stream))
+                prepared = self.client.prepare(self._first_request(i, plan.stream, plan.variant))
                 t_sched = plan.t0_ns + rel_ns
                 in_window = warm_ns <= rel_ns < end_ns
                 if t_sched > time.monotonic_ns():
@@ -485,9 +487,9 @@ class Shard:
             else:
                 await asyncio.sleep(0)
 
-    def _first_request(self, index: int, stream: int) -> GenerationRequest:
+    def _first_request(self, index: int, stream: int, variant: int) -> GenerationRequest:
         if self._tally is None:
-            return self.workload.request(index, stream=stream)
+            return self.workload.request(index, stream=stream, variant=variant)
         conversation = Conversation(self.workload, index, stream=stream)
         self._conversations[index] = conversation
         self._tally.started += 1

@@ -80,7 +80,7 @@ from tokenwatt.schema.run import (
     ProbeRecord,
 )
 from tokenwatt.schema.spec import EngineSpec, LoadClusterSpec, SloSpec
-from tokenwatt.sweep import ProbePlan
+from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan
 
 __all__ = [
     "EVENTS_PER_WORKER",
@@ -387,7 +387,6 @@ class LoadGenerator:
         *,
         index: int,
         slo: SloSpec,
-        stream: int | None = None,
         keep_requests: bool = True,
     ) -> ProbeRecord:
         """Run one probe and return its record.
@@ -397,14 +396,15 @@ class LoadGenerator:
                 warm-up, window, attempt, repeat; ``early_stop`` stops the probe as soon as it
                 has provably failed the SLO, ``certify_pass`` as soon as it has provably met it,
                 see the module docstring).
-            index: position of the probe in the run; also the default workload stream, so
-                every probe sends prompts of its own.
+                Its ``stream`` (default: ``index``, so every probe sends prompts of its own) and
+                ``variant`` say which workload stream it sends, and as which content variant.
+            index: position of the probe in the run.
             slo: the latency objective.
-            stream: workload stream (default: ``index``).
             keep_requests: include the window requests table in the record.
 
         Raises:
             TokenwattError: a worker process failed.
+            ValueError: a content variant the workload does not have.
         """
         phase, rate_rps, warmup_s, window_s = (
             plan.phase,
@@ -414,16 +414,19 @@ class LoadGenerator:
         )
         attempt, repeat = plan.attempt, plan.repeat
         early_stop, certify_pass = plan.early_stop, plan.certify_pass
-        base_stream = index if stream is None else stream
+        if plan.variant and not self.workload.varies_content:
+            raise ValueError("this workload has no content variants (real prompts or sessions)")
+        base_stream = index if plan.stream is None else plan.stream
         workers = self.workers_for(rate_rps)
         if plan.ramp and self._pool is not None and len(self._pool) >= workers:
             workers = len(self._pool)  # the workers holding the previous probe's requests
         tries = 0
         while True:
-            self.last_stream = base_stream + tries * 1_000_003
+            self.last_stream = base_stream + tries * RERUN_STREAM_STEP
             record = await self._probe_once(
                 workers=workers,
                 stream=self.last_stream,
+                variant=plan.variant,
                 index=index,
                 phase=phase,
                 rate_rps=rate_rps,
@@ -462,6 +465,7 @@ class LoadGenerator:
         *,
         workers: int,
         stream: int,
+        variant: int,
         index: int,
         phase: ProbePhase,
         rate_rps: float,
@@ -537,6 +541,7 @@ class LoadGenerator:
                     warmup_s=warmup_s,
                     window_s=window_s,
                     stream=stream,
+                    variant=variant,
                     t0_ns=t0_ns,
                     shard=w,
                     shards=workers,
@@ -636,6 +641,8 @@ class LoadGenerator:
                 if tally is not None and tally.stopped_ns is not None
                 else None
             ),
+            stream=stream,
+            variant=variant,
         )
         if self.ramp and record.early_stop is None and not lost_reasons:
             self._left_running = (index, rate_rps)

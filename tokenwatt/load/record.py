@@ -128,6 +128,8 @@ def build_probe_record(
     lost_reasons: Sequence[str] = (),
     load_actors: Sequence[LoadActor] | None = None,
     ramp: ProbeRamp | None = None,
+    stream: int | None = None,
+    variant: int = 0,
 ) -> ProbeRecord:
     """Compute a probe's record from what its shards measured (pure).
 
@@ -156,6 +158,8 @@ def build_probe_record(
             load actor or node lost mid-probe, :mod:`tokenwatt.load.ray_pool`).
         load_actors: Ray: where each shard ran, with its clock audit.
         ramp: ``sweep.ramp``: the probe started on the previous one's requests still in flight.
+        stream: the workload stream its requests came from (None: its index).
+        variant: the stream's content variant.
     """
     window_start_ns = t0_ns + round(warmup_s * _NS)
     window_end_ns = window_start_ns + round(window_s * _NS)
@@ -271,6 +275,8 @@ def build_probe_record(
         client_bound_reasons=reasons,
         load_actors=list(load_actors) if load_actors is not None else None,
         ramp=ramp,
+        stream=stream,
+        variant=variant,
         ttft_ms=ttft,
         ttfat_ms=ttfat,
         tpot_ms=tpot,

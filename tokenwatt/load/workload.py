@@ -51,6 +51,15 @@ Same seed, same requests, byte for byte: request ``i`` of stream ``s`` draws fro
 generator seeded with (seed, s, i), so any request can be made alone, in any order, in any
 process. Each probe of a run uses its own stream, so prompts never repeat between probes (a
 repeated prompt would be served from the prefix cache), shared prefixes included.
+
+Content variants: a probe that sends a stream a second time (the adaptive sweep's stream pairs,
+:mod:`tokenwatt.adaptive`) sends it as *variant* v > 0: the same arrival schedule, the same input
+and output lengths, the same repeats of shared prefixes within the probe, but every prompt token
+different, so a prefix cache serves nothing of it from the first sending. Variant v shifts every
+token id by a non-zero offset drawn from (seed, v), cyclically within the id range (every word
+of a chat prompt likewise within the word list); variant 0 is the stream as it always was. Real
+prompts (``workload.prompts``: the text sets the length) and sessions (later turns draw their
+text and lengths together) have no variants (:attr:`Workload.varies_content`).
 """
 
 from __future__ import annotations
@@ -116,6 +125,7 @@ CHAT_TEMPLATE_MARGIN_TOKENS = 32
 
 _REQUEST_KEY = 0x52455153  # separates per-request draws from the arrival draws
 _PROMPT_KEY = 0x50524F4D  # separates the prompt order of a stream from the other draws
+_VARIANT_KEY = 0x56415249  # separates a content variant's offsets from the other draws
 
 # Common English words; each is one token in the usual BPE vocabularies.
 _WORD_TEXT = """
@@ -430,6 +440,31 @@ class Workload:
         return self.prefix is not None or self.trace_block_tokens is not None
 
     @property
+    def varies_content(self) -> bool:
+        """Whether a stream can be sent again as another content variant (module docstring)."""
+        return self.prompts is None and self.sessions is None
+
+    def _variant_offsets(self, variant: int) -> tuple[int, int]:
+        """(token id offset, word offset) of content variant ``variant``: non-zero for v > 0.
+
+        Raises:
+            ValueError: a negative variant, or v > 0 for a workload without variants.
+        """
+        if variant < 0:
+            raise ValueError("content variant must be non-negative")
+        if variant == 0:
+            return 0, 0
+        if not self.varies_content:
+            raise ValueError("this workload has no content variants (real prompts or sessions)")
+        rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self.seed, variant, _VARIANT_KEY]))
+        )
+        span = self._id_high - self._id_low
+        if span < 2:
+            raise ValueError("a vocabulary this small has no content variants")
+        return int(rng.integers(1, span)), int(rng.integers(1, len(_WORDS)))
+
+    @property
     def trace_times_s(self) -> list[float] | None:
         """The trace's timestamps, when it has one for every row."""
         if self.rows is None or any(r.t_s is None for r in self.rows):
@@ -582,10 +617,15 @@ class Workload:
         """
         return self._lengths(index, self._rng(index, stream), self._prompt_text(index, stream))
 
-    def request(self, index: int, *, stream: int = 0) -> GenerationRequest:
-        """Request ``index`` of ``stream``, with its prompt."""
+    def request(self, index: int, *, stream: int = 0, variant: int = 0) -> GenerationRequest:
+        """Request ``index`` of ``stream``, with its prompt (content ``variant``: see above).
+
+        Raises:
+            ValueError: a negative index, or a variant this workload does not have.
+        """
         if index < 0:
             raise ValueError("request index must be non-negative")
+        id_offset, word_offset = self._variant_offsets(variant)
         rng = self._rng(index, stream)
         text = self._prompt_text(index, stream)
         n_in, n_out = self._lengths(index, rng, text)
@@ -599,20 +639,25 @@ class Workload:
                 words = [i % len(_WORDS) for i in self._prompt_ids(index, stream, n_in, rng)]
             else:
                 words = rng.integers(0, len(_WORDS), size=n_in).tolist()
+            if word_offset:
+                words = [(w + word_offset) % len(_WORDS) for w in words]
             text = " ".join(_WORDS[w] for w in words)
             return GenerationRequest(
                 index=index, max_tokens=n_out, input_tokens=n_in, prompt_text=text
             )
         ids = self._prompt_ids(index, stream, n_in, rng)
+        if id_offset:
+            low, span = self._id_low, self._id_high - self._id_low
+            ids = [low + (i - low + id_offset) % span for i in ids]
         return GenerationRequest(index=index, max_tokens=n_out, input_tokens=n_in, prompt_ids=ids)
 
     def requests(
-        self, *, stream: int = 0, start: int = 0, step: int = 1
+        self, *, stream: int = 0, start: int = 0, step: int = 1, variant: int = 0
     ) -> Iterator[GenerationRequest]:
         """Requests ``start``, ``start + step``, ... of ``stream``, without end."""
         index = start
         while True:
-            yield self.request(index, stream=stream)
+            yield self.request(index, stream=stream, variant=variant)
             index += step
 
     def arrivals(self, rate_rps: float, *, stream: int = 0) -> Iterator[float]:

@@ -245,6 +245,15 @@ class ProbePoint(StrictModel):
         default=0,
         description="Window requests in flight at the early stop, cancelled (counted in failed)",
     )
+    stream: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Workload stream it sent (the same in every config of the comparison: common"
+        " random numbers); null = not recorded (the probe's position in its run)",
+    )
+    variant: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="> 0: its run had sent this stream before; this time with other prompt tokens",
+    )
     ttfat_p99_ms: NonNeg | None = Field(
         default=None,
         description="p99 time to first answer token, ms, where the probe streamed reasoning or"

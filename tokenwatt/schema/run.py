@@ -557,6 +557,22 @@ class ProbeRecord(StrictModel):
         description="sweep.ramp: the probe started on the previous probe's requests still in"
         " flight; null = it started from an idle server",
     )
+    stream: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Workload stream of its arrival schedule and request lengths, the same in"
+        " every run of a comparison (common random numbers); null = the probe's index (run"
+        " files written before 2026-12-03)",
+    )
+    variant: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Content variant of its stream: > 0 when the run sent this stream before"
+        " (the same arrivals and lengths, other prompt tokens, so no prefix cache serves it)",
+    )
+
+    @property
+    def stream_id(self) -> int:
+        """The workload stream its requests came from (its index in files that do not say)."""
+        return self.index if self.stream is None else self.stream
 
     def first_token_ms(self, first_token: FirstToken) -> LatencyStats:
         """The statistics of the first-token time an SLO bounds.

@@ -561,6 +561,16 @@ class WorkloadSpec(StrictInputModel):
         " single requests",
     )
 
+    @property
+    def varies_content(self) -> bool:
+        """Whether a stream can be sent again with other prompt tokens and the same lengths.
+
+        Synthetic prompts only: a real prompt's text sets its length, and a session's later
+        turns draw their text and lengths together (:attr:`tokenwatt.load.workload.Workload.
+        varies_content` holds the built workload to it).
+        """
+        return self.prompts is None and self.sessions is None
+
     @model_validator(mode="after")
     def _sessions_build_their_own_prompts(self) -> WorkloadSpec:
         if self.sessions is not None and self.prompts is not None:
@@ -667,6 +677,13 @@ class SweepSpec(StrictInputModel):
         description="Start each probe on the load the previous one left running (its requests"
         " still in flight go on) instead of an idle server, when that probe ended with no"
         " backlog, so only the difference between two rates has to settle in the warm-up",
+    )
+    stream_pairs: bool = Field(
+        default=True,
+        description="adaptive: refine in pairs of probes that send one workload stream at two"
+        " rates (the second with other prompt tokens), and confirm on streams of their own, the"
+        " same in every run of a comparison, so a comparison's fit can hold each stream's"
+        " effect fixed; not with real prompts (workload.prompts), whose text sets the lengths",
     )
 
     @field_validator("rates")

@@ -171,7 +171,7 @@ class VirtualServer:
         return max(1, min(max_tokens, TextSource(seed_text).natural_length()))
 
     def _admission(
-        self, index: int, stream: int, rid: int, input_tokens: int, max_tokens: int
+        self, index: int, stream: int, rid: int, input_tokens: int, max_tokens: int, variant: int
     ) -> tuple[int, Sequence[int] | None]:
         """(tokens the answer will have, the prompt's block hashes) of request ``index``."""
         cfg = self.config
@@ -179,7 +179,7 @@ class VirtualServer:
         shared = caching and self.workload.shares_prefixes
         request = None
         if not self.ignore_eos or shared:
-            request = self.workload.request(index, stream=stream)
+            request = self.workload.request(index, stream=stream, variant=variant)
         hashes: Sequence[int] | None = None
         if shared:
             assert request is not None
@@ -197,15 +197,14 @@ class VirtualServer:
         *,
         index: int,
         slo: SloSpec,
-        stream: int | None = None,
     ) -> VirtualProbe:
         """Run one probe and return its record (see the module docstring).
 
         Args:
-            plan: what to run, as :meth:`tokenwatt.load.probe.LoadGenerator.probe` takes it.
-            index: position of the probe in the run; also the default workload stream.
+            plan: what to run, as :meth:`tokenwatt.load.probe.LoadGenerator.probe` takes it
+                (its workload stream and content variant included; no stream: ``index``).
+            index: position of the probe in the run.
             slo: the latency objective.
-            stream: workload stream (default: ``index``).
         """
         phase, rate_rps, warmup_s, window_s = (
             plan.phase,
@@ -215,7 +214,9 @@ class VirtualServer:
         )
         attempt, repeat = plan.attempt, plan.repeat
         early_stop, certify_pass = plan.early_stop, plan.certify_pass
-        stream = index if stream is None else stream
+        if plan.variant and not self.workload.varies_content:
+            raise ValueError("this workload has no content variants (real prompts or sessions)")
+        stream = index if plan.stream is None else plan.stream
         w0 = round(warmup_s * _NS) / _NS
         w1 = (round(warmup_s * _NS) + round(window_s * _NS)) / _NS
         rule: EarlyStopRule | None = None
@@ -236,6 +237,7 @@ class VirtualServer:
             stream,
             rule,
             needed,
+            variant=plan.variant,
             planned=planned,
             stop_on_fail=early_stop,
             stop_on_pass=certify_pass,
@@ -282,6 +284,8 @@ class VirtualServer:
                 if carry is not None
                 else None
             ),
+            stream=stream,
+            variant=plan.variant,
         )
         return VirtualProbe(record=record, seconds=end_s)
 
@@ -320,6 +324,7 @@ class _ProbeRun:
         rule: EarlyStopRule | None,
         needed: int,
         *,
+        variant: int = 0,
         planned: int = 0,
         stop_on_fail: bool = False,
         stop_on_pass: bool = False,
@@ -336,6 +341,7 @@ class _ProbeRun:
         self.w0 = w0
         self.w1 = w1
         self.stream = stream
+        self.variant = variant
         self.rule = rule
         self.needed = needed
         self.tracked: list[_Tracked] = []
@@ -398,7 +404,7 @@ class _ProbeRun:
         rid = len(self.tracked)
         rec.rid = rid
         self.tracked.append(rec)
-        target, hashes = self.server._admission(i, self.stream, rid, n_in, n_out)
+        target, hashes = self.server._admission(i, self.stream, rid, n_in, n_out, self.variant)
         req = SimRequest(
             rid,
             prompt_tokens=n_in,
