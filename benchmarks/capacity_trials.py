@@ -28,6 +28,7 @@ is computed once per spec and cached.
     .venv/bin/python benchmarks/capacity_trials.py warmup --spec specs/demo-sim.spec.yaml \
         --rate 11 --warmups 10,30,60,120 --trials 40
     # --sim-b 'bandwidth_efficiency=0.76': the candidate is the baseline spec with that change
+    # --sweep-b 'start_rps=9,growth=1.4': the same engine swept another way (true change 0)
 """
 
 from __future__ import annotations
@@ -59,7 +60,20 @@ from tokenwatt.store import load_spec  # noqa: E402
 from tokenwatt.sweep import ProbePlan  # noqa: E402
 
 
-def configured(path: str, args: argparse.Namespace, sim_over: str | None = None) -> LoadedSpec:
+def _pairs(text: str) -> dict[str, float]:
+    out = {}
+    for item in text.split(","):
+        key, value = item.split("=")
+        out[key.strip()] = float(value)
+    return out
+
+
+def configured(
+    path: str,
+    args: argparse.Namespace,
+    sim_over: str | None = None,
+    sweep_over: str | None = None,
+) -> LoadedSpec:
     loaded = load_spec(Path(path))
     spec = loaded.spec
     sweep: dict[str, object] = {}
@@ -69,10 +83,12 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
         sweep["budget_s"] = args.budget
     if args.precision is not None:
         sweep["precision_pct"] = args.precision
-    if args.ramp:
-        sweep["ramp"] = True
+    if args.ramp or args.no_ramp:
+        sweep["ramp"] = args.ramp
     if args.no_pairs:
         sweep["stream_pairs"] = False
+    if sweep_over:
+        sweep.update(_pairs(sweep_over))
     if sweep:
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
     durations = {
@@ -84,11 +100,7 @@ def configured(path: str, args: argparse.Namespace, sim_over: str | None = None)
         measurement = spec.measurement.model_copy(update=durations)
         spec = spec.model_copy(update={"measurement": measurement})
     if sim_over:
-        update = {}
-        for item in sim_over.split(","):
-            key, value = item.split("=")
-            update[key.strip()] = float(value)
-        sim = (spec.engine.sim or SimSpec()).model_copy(update=update)
+        sim = (spec.engine.sim or SimSpec()).model_copy(update=_pairs(sim_over))
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim": sim})})
     return with_spec(loaded, spec)
 
@@ -189,7 +201,7 @@ def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec, *, paired: bool) -> Verdict
 
 def compare(args: argparse.Namespace) -> dict[str, object]:
     loaded_a = configured(args.spec, args)
-    loaded_b = configured(args.spec_b or args.spec, args, args.sim_b)
+    loaded_b = configured(args.spec_b or args.spec, args, args.sim_b, args.sweep_b)
     spec_a = loaded_a.spec
     seeds = list(range(args.seed, args.seed + args.trials))
     a = trials_of(loaded_a, seeds, args.quick)
@@ -227,6 +239,7 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
         "spec": args.spec,
         "spec_b": args.spec_b,
         "sim_b": args.sim_b,
+        "sweep_b": args.sweep_b,
         "strategy": spec_a.sweep.strategy,
         "budget_s": spec_a.sweep.budget_s,
         "quick": args.quick,
@@ -330,6 +343,11 @@ def main() -> None:
     ap.add_argument("--spec", required=True)
     ap.add_argument("--spec-b", help="compare: the candidate's spec (default: --spec)")
     ap.add_argument("--sim-b", help="compare: engine.sim changes for the candidate, k=v,...")
+    ap.add_argument(
+        "--sweep-b",
+        help="compare: sweep changes for the candidate, k=v,... (start_rps=9,growth=1.4 with no"
+        " other change: the same engine swept another way, a true change of 0)",
+    )
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--seed", type=int, default=100, help="first workload seed")
     ap.add_argument("--strategy", choices=["bisect", "adaptive"])
@@ -338,6 +356,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--warmup", type=float, help="measurement.warmup_s instead of the spec's")
     ap.add_argument("--ramp", action="store_true", help="sweep.ramp: probes ramp from the last")
+    ap.add_argument("--no-ramp", action="store_true", help="sweep.ramp off (the spec may ramp)")
     ap.add_argument("--window", type=float, help="measurement.window_s instead of the spec's")
     ap.add_argument(
         "--no-pairs", action="store_true", help="sweep.stream_pairs off (adaptive: no pairs)"

@@ -26,6 +26,7 @@ difference of their responses.
     .venv/bin/python benchmarks/client_cpu.py
     .venv/bin/python benchmarks/client_cpu.py --rounds 5 --requests 4000
     .venv/bin/python benchmarks/client_cpu.py --peers mlperf
+    .venv/bin/python benchmarks/client_cpu.py --loop uvloop   # the same client on uvloop
 """
 
 from __future__ import annotations
@@ -127,9 +128,16 @@ async def closed_loop(base_url: str, *, tokens: int, streams: int, requests: int
     return cpu_s / requests
 
 
-def tokenwatt_per_request(base_url: str, tokens: int, streams: int, requests: int) -> float:
-    """:func:`closed_loop` on a fresh event loop: CPU seconds per request."""
-    return asyncio.run(closed_loop(base_url, tokens=tokens, streams=streams, requests=requests))
+def tokenwatt_per_request(
+    base_url: str, tokens: int, streams: int, requests: int, *, loop: str = "asyncio"
+) -> float:
+    """:func:`closed_loop` on a fresh event loop (asyncio's, or uvloop's): CPU s per request."""
+    work = closed_loop(base_url, tokens=tokens, streams=streams, requests=requests)
+    if loop == "uvloop":
+        import uvloop  # only for this comparison: `pip install uvloop`
+
+        return uvloop.run(work)
+    return asyncio.run(work)
 
 
 def main() -> None:
@@ -142,6 +150,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", default="", help="'mlperf': MLPerf's endpoint client too")
     parser.add_argument("--peer-seconds", type=float, default=12.0)
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="the event loop tokenwatt's client runs on (uvloop: pip install uvloop)",
+    )
     args = parser.parse_args()
     peers = [p for p in args.peers.split(",") if p]
     if set(peers) - {"mlperf"}:
@@ -165,13 +179,23 @@ def main() -> None:
                         spaced.base_url, streams=args.spaced_streams, seconds=args.peer_seconds
                     )
                 )
-            one.append(tokenwatt_per_request(batched.base_url, 1, args.streams, args.requests))
+            one.append(
+                tokenwatt_per_request(
+                    batched.base_url, 1, args.streams, args.requests, loop=args.loop
+                )
+            )
             many.append(
-                tokenwatt_per_request(batched.base_url, args.tokens, args.streams, args.requests)
+                tokenwatt_per_request(
+                    batched.base_url, args.tokens, args.streams, args.requests, loop=args.loop
+                )
             )
             each.append(
                 tokenwatt_per_request(
-                    spaced.base_url, args.tokens, args.spaced_streams, args.spaced_requests
+                    spaced.base_url,
+                    args.tokens,
+                    args.spaced_streams,
+                    args.spaced_requests,
+                    loop=args.loop,
                 )
             )
     finally:

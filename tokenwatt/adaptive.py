@@ -40,7 +40,7 @@ effect on the tail (a cluster of long prompts slows every request in flight, for
 configuration alike) is the same in both, and the comparison's fit
 (:func:`tokenwatt.capacity.relative_capacity`) holds it fixed, reading the slope of the latency
 curve from the two rates of one stream and the difference between configurations from the same
-streams (methodology, "Stream pairs"). The precision target is checked after whole pairs.
+streams (methodology, "Verdict"). The precision target is checked after whole pairs.
 """
 
 from __future__ import annotations

@@ -119,3 +119,16 @@ def test_demo_outside_a_checkout_is_a_clear_error(tmp_path, monkeypatch, capsys)
     assert "not a tokenwatt checkout" in err
     assert "run 'tokenwatt demo' from the repository root" in " ".join(err.split())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_compares_two_runs_and_repeats_the_baseline_on_request():
+    from tokenwatt.demo import DEMO_REPEAT, DEMO_RUNS, demo_runs
+
+    assert [r.role for r in demo_runs(repeat=False)] == ["baseline", "tuned"]
+    assert demo_runs(repeat=False) == DEMO_RUNS
+    repeated = demo_runs(repeat=True)
+    assert [r.role for r in repeated] == ["baseline", "tuned", "other"]
+    assert repeated[-1] == DEMO_REPEAT
+    # The repeat is the baseline's own spec: the same configuration, measured again.
+    assert DEMO_REPEAT.spec == DEMO_RUNS[0].spec
+    assert DEMO_REPEAT.label != DEMO_RUNS[0].label

@@ -1,4 +1,4 @@
-"""``tokenwatt demo``: the seed's protocol on the simulator, a report and the site, in minutes."""
+"""``tokenwatt demo``: a comparison on the simulator, a report and the site, in minutes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenwatt.cli._common import err_console, escape, out_console
 from tokenwatt.cli.measure import LogProgress, TerminalProgress, run_until_signal
-from tokenwatt.demo import DEMO_RUNS, DemoPaths, build_site, run_demo
+from tokenwatt.demo import DemoPaths, build_site, demo_runs, run_demo
 from tokenwatt.store import load_spec
 
 __all__ = ["register", "run"]
@@ -19,12 +19,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
         help="run the whole pipeline on the embedded simulator and build the site",
-        description="Baseline, tuned and baseline again (quick mode) against the embedded"
-        " simulator, a report into results/, and the site into public/. Run it from the"
-        " repository root. Takes a few minutes; everything it makes is marked simulated.",
+        description="Baseline and tuned (quick mode) against the embedded simulator, a report"
+        " into results/, and the site into public/. Run it from the repository root. Takes"
+        " about 5 minutes; everything it makes is marked simulated.",
     )
     p.add_argument(
         "--no-site", action="store_true", help="skip 'mkdocs build' (runs and report only)"
+    )
+    p.add_argument(
+        "--repeat",
+        action="store_true",
+        help="measure the baseline again after the candidate, to bound drift (the seed's three"
+        " runs; about 3 minutes more)",
     )
     p.set_defaults(handler=run)
 
@@ -32,16 +38,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo and say where everything is."""
     paths = DemoPaths(root=Path.cwd())
-    paths.check()
-    slo = load_spec(paths.root / DEMO_RUNS[0].spec).spec.slo
+    runs = demo_runs(repeat=args.repeat)
+    paths.check(runs)
+    slo = load_spec(paths.root / runs[0].spec).spec.slo
     err = err_console()
     if err.is_terminal:
         with TerminalProgress(slo, err) as progress:
-            result, target = asyncio.run(run_until_signal(run_demo(paths, progress)))
+            result, target = asyncio.run(run_until_signal(run_demo(paths, progress, runs=runs)))
     else:
-        result, target = asyncio.run(run_until_signal(run_demo(paths, LogProgress(slo, err))))
+        result, target = asyncio.run(
+            run_until_signal(run_demo(paths, LogProgress(slo, err), runs=runs))
+        )
     out = out_console()
-    for demo in DEMO_RUNS:
+    for demo in runs:
         out.print(f"run:    {escape((paths.runs_dir / (demo.label + '.json')).as_posix())}")
     out.print(f"result: {escape(str(target.relative_to(paths.root)))}")
     if result.verdict is not None:
