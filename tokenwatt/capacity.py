@@ -647,57 +647,15 @@ def relative_capacity(
             if centre is not None and centre > 0
             else sum(row[0] for row in r) / len(r)
         )
-    rho: float | None = None
-    effects = slope_streams = 0
-    fixed: _FixedEffects | None = None
-    if paired:
-        # Stream effects are fitted around each configuration's own capacity estimate (the
-        # unpaired fit's crossings below move with what the streams did to it).
-        near = _neighbourhood(rows, centres)
-        fixed = _stream_effects(near, k_count)
-    if fixed is not None:
-        beta, cov, dof, s2 = fixed.beta, fixed.cov, fixed.dof, fixed.s2
-        used = np.array(fixed.used)
-        shared = _shared_streams(*_stream_labels(near))
-        effects, slope_streams = fixed.streams, fixed.slope_streams
-    else:
-        fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        chosen: list[tuple[int, list[_Row]]] = []
-        for _ in range(8):
-            chosen = _neighbourhood(rows, centres)
-            design, y, w = _relative_design(chosen, k_count)
-            if len(y) <= k_count + 1:
-                return None
-            sw = np.sqrt(w)
-            beta, *_ = np.linalg.lstsq(design * sw[:, None], y * sw, rcond=None)
-            kappa = float(beta[k_count])
-            if not kappa > 0:
-                return None
-            new = [-float(beta[k]) / kappa for k in range(k_count)]
-            fit = (beta, design, y, w, np.array([len(c) for _, c in chosen]))
-            if max(abs(a - b) for a, b in zip(new, centres, strict=True)) < 1e-6:
-                break
-            centres = new
-        assert fit is not None
-        beta, design, y, w, used = fit
-        dof = len(y) - design.shape[1]
-        resid = y - design @ beta
-        s2 = float((w * resid * resid).sum() / dof)
-        cov = s2 * np.linalg.inv((design.T * w) @ design)
-        streams, configs = _stream_labels(chosen)
-        shared = _shared_streams(streams, configs)
-        if paired and len(shared) >= MIN_PAIRED_STREAMS and dof - 1 >= MIN_PAIRED_DOF:
-            estimate = stream_correlation(
-                (resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist()
-            )
-            gls = _gls(design, y, w, streams, estimate) if estimate > 0 else None
-            if gls is not None and float(gls[0][k_count]) > 0:
-                beta, v_inv, info = gls
-                rho = estimate
-                resid = y - design @ beta
-                dof -= 1  # rho was estimated from the same probes
-                s2 = float(resid @ v_inv @ resid / dof)
-                cov = s2 * np.linalg.inv(info)
+    near = _neighbourhood(rows, centres)
+    # Stream effects are fitted around each configuration's own capacity estimate (the unpaired
+    # fit's crossings move with what the streams did to it); else the fit by correlation.
+    fit = _stream_effects(near, k_count) if paired else None
+    if fit is None:
+        fit = _correlated_fit(rows, centres, k_count, paired=paired)
+    if fit is None:
+        return None
+    beta, cov, dof = fit.beta, fit.cov, fit.dof
     kappa = float(beta[k_count])
     t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
     log_ratio = [0.0]
@@ -734,27 +692,79 @@ def relative_capacity(
         log_se=ses,
         dof=dof,
         slope=kappa,
-        probes_used=[int(u) for u in used],
-        residual_sd=math.sqrt(s2),
-        paired_streams=len(shared) if rho is not None or effects else 0,
-        stream_correlation=rho,
-        stream_effects=effects,
-        slope_streams=slope_streams,
+        probes_used=fit.used,
+        residual_sd=math.sqrt(fit.s2),
+        paired_streams=fit.paired_streams,
+        stream_correlation=fit.rho,
+        stream_effects=fit.streams,
+        slope_streams=fit.slope_streams,
     )
 
 
 @dataclass(frozen=True)
-class _FixedEffects:
-    """The stream-effects fit, in the joint fit's parameters (alpha_0 = 0, delta_k, kappa)."""
+class _JointFit:
+    """A joint fit of the configurations and how it paired them.
+
+    Coefficients (alpha_0 .. alpha_{K-1}, kappa), their covariance and degrees of freedom.
+    """
 
     beta: np.ndarray
     cov: np.ndarray
     dof: int
     s2: float
-    streams: int
-    slope_streams: int
     used: list[int]
-    """Probes of each configuration in the fit (those of streams with a single probe left out)."""
+    """Probes of each configuration in the fit."""
+    paired_streams: int = 0
+    rho: float | None = None
+    streams: int = 0
+    """Streams whose effect was held fixed (0: none)."""
+    slope_streams: int = 0
+
+
+def _correlated_fit(
+    rows: Sequence[list[_Row]], centres: list[float], k_count: int, *, paired: bool
+) -> _JointFit | None:
+    """One intercept per configuration, fitted around its crossing until that settles.
+
+    With ``paired``, refitted by generalised least squares with the streams' correlation (see
+    :func:`relative_capacity`). None without enough probes or a positive slope.
+    """
+    fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int]] | None = None
+    chosen: list[tuple[int, list[_Row]]] = []
+    for _ in range(8):
+        chosen = _neighbourhood(rows, centres)
+        design, y, w = _relative_design(chosen, k_count)
+        if len(y) <= k_count + 1:
+            return None
+        sw = np.sqrt(w)
+        beta, *_ = np.linalg.lstsq(design * sw[:, None], y * sw, rcond=None)
+        kappa = float(beta[k_count])
+        if not kappa > 0:
+            return None
+        new = [-float(beta[k]) / kappa for k in range(k_count)]
+        fit = (beta, design, y, w, [len(c) for _, c in chosen])
+        if max(abs(a - b) for a, b in zip(new, centres, strict=True)) < 1e-6:
+            break
+        centres = new
+    assert fit is not None
+    beta, design, y, w, used = fit
+    dof = len(y) - design.shape[1]
+    resid = y - design @ beta
+    s2 = float((w * resid * resid).sum() / dof)
+    cov = s2 * np.linalg.inv((design.T * w) @ design)
+    streams, configs = _stream_labels(chosen)
+    shared = _shared_streams(streams, configs)
+    if not (paired and len(shared) >= MIN_PAIRED_STREAMS and dof - 1 >= MIN_PAIRED_DOF):
+        return _JointFit(beta, cov, dof, s2, used)
+    rho = stream_correlation((resid * np.sqrt(w)).tolist(), streams.tolist(), configs.tolist())
+    gls = _gls(design, y, w, streams, rho) if rho > 0 else None
+    if gls is None or not float(gls[0][k_count]) > 0:
+        return _JointFit(beta, cov, dof, s2, used)
+    beta, v_inv, info = gls
+    resid = y - design @ beta
+    dof -= 1  # rho was estimated from the same probes
+    s2 = float(resid @ v_inv @ resid / dof)
+    return _JointFit(beta, s2 * np.linalg.inv(info), dof, s2, used, len(shared), rho)
 
 
 def _neighbourhood(
@@ -777,9 +787,7 @@ def _stream_labels(chosen: Sequence[tuple[int, Sequence[_Row]]]) -> tuple[np.nda
     return streams, configs
 
 
-def _stream_effects(
-    chosen: Sequence[tuple[int, Sequence[_Row]]], k_count: int
-) -> _FixedEffects | None:
+def _stream_effects(chosen: Sequence[tuple[int, Sequence[_Row]]], k_count: int) -> _JointFit | None:
     """The fit of y = gamma_s + delta_k + kappa x by weighted least squares ("Stream effects").
 
     None when the probes do not support it: fewer than :data:`MIN_PAIRED_STREAMS` streams
@@ -825,7 +833,8 @@ def _stream_effects(
     cov = np.zeros((k_count + 1, k_count + 1))
     cov[1:, 1:] = inner[:k_count, :k_count]
     used = [int((cf == k).sum()) for k in range(k_count)]
-    return _FixedEffects(beta, cov, dof, s2, len(ids), slope_streams, used)
+    shared = len(_shared_streams(st, cf))
+    return _JointFit(beta, cov, dof, s2, used, shared, None, len(ids), slope_streams)
 
 
 def _gls(
