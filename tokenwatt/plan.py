@@ -23,11 +23,17 @@ configuration, other seeds) and compared with the verdict's own joint fit
 how often a configuration was called better or worse than itself (should be 5 % or less).
 Other seeds share no stream, so this is the unpaired MDE: a comparison of two configurations
 with the same workload seed is paired (common random numbers) and resolves smaller changes
-(``benchmarks/README.md`` measures both).
+(``benchmarks/README.md`` measures both). The *paired* MDE is what such a comparison of this
+spec would resolve: each trial is compared with a trial of a candidate whose kernels reach
+:data:`PAIRED_CANDIDATE_BANDWIDTH` times the memory bandwidth (the same seed, so the same
+streams; in the adaptive sweep's stream pairs, each stream's effect held fixed), and the median
+of their MDEs is reported. Its true change is not the point, only how precisely the pair pins
+it down; it doubles the plan's CPU time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -41,6 +47,7 @@ from pydantic import Field
 from tokenwatt import bounded, store
 from tokenwatt.capacity import (
     CapacityEstimate,
+    RelativeCapacity,
     estimate_capacity,
     pct_of_log_ratio,
     relative_capacity,
@@ -57,6 +64,7 @@ from tokenwatt.sim.virtual import VirtualServer
 from tokenwatt.sweep import ProbePlan, SweepResult, make_strategy, ramped
 
 __all__ = [
+    "PAIRED_CANDIDATE_BANDWIDTH",
     "PlanSummary",
     "PlanTrial",
     "TruthResult",
@@ -70,6 +78,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+PAIRED_CANDIDATE_BANDWIDTH = 1.05
+"""The paired MDE's candidate: this factor on the simulated kernels' bandwidth efficiency."""
 TRUTH_WINDOW_S = 1200.0
 TRUTH_WARMUP_S = 60.0
 TRUTH_SEEDS = 5
@@ -330,7 +340,14 @@ class PlanSummary(StrictModel):
     search_probe_seconds: float
     probes: float = Field(description="Median probes per sweep")
     mde_pct: float | None = Field(
-        description="Median minimum detectable effect of a comparison of two such runs, %"
+        description="Median minimum detectable effect of a comparison of two such runs with"
+        " other workload seeds (unpaired), %"
+    )
+    paired_mde_pct: float | None = Field(
+        default=None,
+        description="Median minimum detectable effect of a comparison of two such runs with the"
+        " same workload seed (paired: common random numbers), %; against a candidate with"
+        " 5 % more memory bandwidth efficiency",
     )
     self_called_different: int | None = Field(
         default=None, description="Pairs of trials of this one config called better or worse"
@@ -371,6 +388,27 @@ def _steady(trial: PlanTrial) -> tuple[float, float] | None:
     return max(abs(a.shortfall_pct) for a in found), max(a.steady_warmup_s for a in found)
 
 
+def _relative(a: PlanTrial, b: PlanTrial, spec: Spec, *, paired: bool) -> RelativeCapacity | None:
+    return relative_capacity(
+        [a.probes, b.probes],
+        spec.slo,
+        binding=a.estimate.binding_slo or "tpot",
+        centres_rps=[a.estimate.capacity_rps, b.estimate.capacity_rps],
+        paired=paired,
+    )
+
+
+def _mde_pct(rel: RelativeCapacity) -> float | None:
+    """(t(0.975) + t(0.80)) x the standard error of the log ratio, as a change in percent."""
+    from scipy import stats as scipy_stats  # slow to import: on first use
+
+    se = rel.log_se[1]
+    if se is None:
+        return None
+    z = float(scipy_stats.t.ppf(0.975, rel.dof) + scipy_stats.t.ppf(0.80, rel.dof))
+    return pct_of_log_ratio(z * se)
+
+
 def plan(
     loaded: LoadedSpec,
     *,
@@ -382,8 +420,6 @@ def plan(
     truth_progress: Callable[[TruthStep], None] | None = None,
 ) -> PlanSummary:
     """Run ``trials`` virtual sweeps of a spec and summarise them (see the module docstring)."""
-    from scipy import stats as scipy_stats  # slow to import: on first use
-
     if trials < 1:
         raise InputError("--trials must be at least 1")
     spec = loaded.spec
@@ -414,22 +450,25 @@ def plan(
     different = 0
     pairs = 0
     for a, b in zip(runs[0::2], runs[1::2], strict=False):
-        rel = relative_capacity(
-            [a.probes, b.probes],
-            spec.slo,
-            binding=a.estimate.binding_slo or "tpot",
-            centres_rps=[a.estimate.capacity_rps, b.estimate.capacity_rps],
-        )
+        rel = _relative(a, b, spec, paired=False)
         pairs += 1
         if rel is None:
             continue
-        se = rel.log_se[1]
-        if se is not None:
-            z = float(scipy_stats.t.ppf(0.975, rel.dof) + scipy_stats.t.ppf(0.80, rel.dof))
-            mdes.append(pct_of_log_ratio(z * se))
+        if (mde := _mde_pct(rel)) is not None:
+            mdes.append(mde)
         ci = rel.ci[1]
         if ci is not None and (ci[0] > 0 or ci[1] < 0):
             different += 1
+    candidate = dataclasses.replace(
+        config,
+        bandwidth_efficiency=min(1.0, config.bandwidth_efficiency * PAIRED_CANDIDATE_BANDWIDTH),
+    )
+    paired_mdes: list[float] = []
+    for a in runs:
+        b = run_trial(loaded, candidate, seed=a.seed, quick=quick)
+        rel = _relative(a, b, spec, paired=True)
+        if rel is not None and (mde := _mde_pct(rel)) is not None:
+            paired_mdes.append(mde)
     errors: list[float] = []
     covered = 0
     if truth_rps is not None:
@@ -455,6 +494,7 @@ def plan(
         search_probe_seconds=statistics.median(r.search_seconds for r in runs),
         probes=statistics.median(len(r.probes) for r in runs),
         mde_pct=_median(mdes),
+        paired_mde_pct=_median(paired_mdes),
         self_called_different=different if pairs else None,
         pairs=pairs,
         median_abs_error_pct=_median(errors),

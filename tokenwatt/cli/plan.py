@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         ("probe-seconds (GPU time)", f"{summary.probe_seconds:,.0f}"),
         ("  of which searching", f"{summary.search_probe_seconds:,.0f}"),
         ("probes", f"{summary.probes:g}"),
-        ("minimum detectable effect, %", _fmt(summary.mde_pct, ".1f")),
+        ("minimum detectable effect, other seeds, %", _fmt(summary.mde_pct, ".1f")),
+        ("minimum detectable effect, same seed (paired), %", _fmt(summary.paired_mde_pct, ".1f")),
         ("engine's true capacity, req/s", _fmt(summary.true_capacity_rps)),
         ("median |error| vs truth, %", _fmt(summary.median_abs_error_pct, ".1f")),
         (
