@@ -45,17 +45,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tokenwatt.compare import CapacityFigures, verdict_from_probes  # noqa: E402
 from tokenwatt.plan import (  # noqa: E402
     PlanTrial,
     engine_config,
     run_trial,
+    trial_verdict,
     true_capacity,
     with_seed,
     with_spec,
 )
-from tokenwatt.schema.result import Verdict  # noqa: E402
-from tokenwatt.schema.spec import LoadedSpec, SimSpec, Spec  # noqa: E402
+from tokenwatt.schema.spec import LoadedSpec, SimSpec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
 from tokenwatt.sweep import ProbePlan  # noqa: E402
 
@@ -182,23 +181,6 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _verdict(a: PlanTrial, b: PlanTrial, spec: Spec, *, paired: bool) -> Verdict:
-    figures = []
-    for key, trial in (("baseline", a), ("tuned", b)):
-        figures.append(
-            (
-                CapacityFigures(
-                    key=key,
-                    label=key,
-                    capacity_rps=trial.estimate.capacity_rps,
-                    binding_slo=trial.estimate.binding_slo,
-                ),
-                trial.probes,
-            )
-        )
-    return verdict_from_probes(figures, spec.slo, max_drop_pts=None, paired=paired)
-
-
 def compare(args: argparse.Namespace) -> dict[str, object]:
     loaded_a = configured(args.spec, args)
     loaded_b = configured(args.spec_b or args.spec, args, args.sim_b, args.sweep_b)
@@ -217,7 +199,7 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
     # runs whose workload sections are the same (unless --unpaired).
     paired = not args.unpaired and loaded_a.spec.workload == loaded_b.spec.workload
     for ta, tb in zip(a, b, strict=True):
-        v = _verdict(ta, tb, spec_a, paired=paired)
+        v = trial_verdict(ta, tb, spec_a.slo, paired=paired)
         outcomes[v.outcome] += 1
         fixed += "held fixed" in (v.ci_method or "")
         print(
@@ -268,7 +250,7 @@ def self_compare(args: argparse.Namespace) -> dict[str, object]:
     outcomes: Counter[str] = Counter()
     for ta, tb in zip(trials[0::2], trials[1::2], strict=True):
         # Other seeds: nothing to pair, as `tokenwatt report` does for such runs.
-        outcomes[_verdict(ta, tb, spec, paired=False).outcome] += 1
+        outcomes[trial_verdict(ta, tb, spec.slo, paired=False).outcome] += 1
     called = outcomes["better"] + outcomes["worse"]
     return {
         "mode": "self",

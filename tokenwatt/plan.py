@@ -56,8 +56,9 @@ from tokenwatt.errors import InputError
 from tokenwatt.figures import search_phases
 from tokenwatt.load.workload import build_workload
 from tokenwatt.schema.base import StrictModel
+from tokenwatt.schema.result import Verdict
 from tokenwatt.schema.run import ProbeRecord
-from tokenwatt.schema.spec import LoadedSpec, Spec, SweepStrategy
+from tokenwatt.schema.spec import LoadedSpec, SloSpec, Spec, SweepStrategy
 from tokenwatt.sim.engine import EngineConfig
 from tokenwatt.sim.launch import settings_from_spec
 from tokenwatt.sim.virtual import VirtualServer
@@ -71,6 +72,7 @@ __all__ = [
     "engine_config",
     "plan",
     "run_trial",
+    "trial_verdict",
     "true_capacity",
     "with_seed",
     "with_spec",
@@ -386,6 +388,28 @@ def _steady(trial: PlanTrial) -> tuple[float, float] | None:
     if not found:
         return None
     return max(abs(a.shortfall_pct) for a in found), max(a.steady_warmup_s for a in found)
+
+
+def trial_verdict(a: PlanTrial, b: PlanTrial, slo: SloSpec, *, paired: bool) -> Verdict:
+    """The verdict on trial ``b`` (the candidate) against trial ``a`` (the baseline).
+
+    As ``tokenwatt report`` would give it for two runs with these probes (no accuracy gate).
+    """
+    from tokenwatt.compare import CapacityFigures, verdict_from_probes
+
+    figures = [
+        (
+            CapacityFigures(
+                key=key,
+                label=key,
+                capacity_rps=trial.estimate.capacity_rps,
+                binding_slo=trial.estimate.binding_slo,
+            ),
+            trial.probes,
+        )
+        for key, trial in (("baseline", a), ("tuned", b))
+    ]
+    return verdict_from_probes(figures, slo, max_drop_pts=None, paired=paired)
 
 
 def _relative(a: PlanTrial, b: PlanTrial, spec: Spec, *, paired: bool) -> RelativeCapacity | None:

@@ -9,7 +9,7 @@ import pytest
 
 from tests import factories
 from tokenwatt.adaptive import MAX_REFINE, AdaptiveSweep
-from tokenwatt.plan import engine_config, run_trial, with_spec
+from tokenwatt.plan import engine_config, run_trial, trial_verdict, with_spec
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
 from tokenwatt.store import load_spec
@@ -160,7 +160,6 @@ def test_stream_pairs_let_the_verdict_see_the_demo_change():
     holds every stream's effect fixed and calls the change better, its interval holding the
     truth; the same sweeps without pairs (the correlation fit) land further from the truth with
     a larger minimum detectable effect (seed 104; benchmarks/README.md measures it over many)."""
-    from tokenwatt.compare import CapacityFigures, verdict_from_probes
 
     def verdict(pairs: bool):
         trials = []
@@ -172,19 +171,7 @@ def test_stream_pairs_let_the_verdict_see_the_demo_change():
             )
             loaded = with_spec(loaded, spec.model_copy(update={"sweep": sweep}))
             trials.append(run_trial(loaded, engine_config(loaded), seed=104))
-        figures = [
-            (
-                CapacityFigures(
-                    key=key,
-                    label=key,
-                    capacity_rps=t.estimate.capacity_rps,
-                    binding_slo=t.estimate.binding_slo,
-                ),
-                t.probes,
-            )
-            for key, t in zip(("baseline", "tuned"), trials, strict=True)
-        ]
-        return verdict_from_probes(figures, DEMO_SLO, max_drop_pts=None, paired=True)
+        return trial_verdict(trials[0], trials[1], DEMO_SLO, paired=True)
 
     paired = verdict(True)
     assert paired.outcome == "better"
