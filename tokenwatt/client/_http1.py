@@ -30,7 +30,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -285,8 +285,9 @@ class _Connection(asyncio.Protocol):
         self.served = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (create_connection makes one); uvloop's do not subclass
+        # asyncio.Transport, so no isinstance check.
+        self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         hook = self.pool.io_hook
