@@ -50,6 +50,17 @@ def start_nginx(*, workers: int = 1, ttft_ms: float = 0, itl_ms: float = 0) -> P
     return Peer("nginx-sse", port, pid)
 
 
+def pin(pid: int, cpus: set[int]) -> list[int]:
+    """Pin a process and its children (an nginx master and its workers) to ``cpus``."""
+    kids = subprocess.run(
+        ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    pids = [pid, *(int(k) for k in kids)]
+    for p in pids:
+        os.sched_setaffinity(p, cpus)
+    return pids
+
+
 def start_vllm() -> Peer:
     port = free_port()
     pid = run_start_script(

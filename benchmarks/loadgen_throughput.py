@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
 
-from loadgen_common import conditions, run_client, start_nginx, vllm_bench
+from loadgen_common import conditions, pin, run_client, start_nginx, vllm_bench
 
 from tests import factories
 from tokenwatt.client.openai import OpenAIClient
@@ -128,6 +129,49 @@ async def open_streams(base_url: str, *, streams: int, workers: int) -> dict[str
     }
 
 
+async def spaced(
+    base_url: str,
+    *,
+    rate: float,
+    tokens: int,
+    ttft_ms: float,
+    itl_ms: float,
+    workers: int,
+    warmup_s: float,
+    window_s: float,
+) -> dict[str, object]:
+    """Open loop with the server's delays: every event in its own read, as from an engine."""
+    spec, work = setup(base_url, tokens)
+    headers = {"X-Sim-TTFT-Ms": f"{ttft_ms:g}", "X-Sim-ITL-Ms": f"{itl_ms:g}"}
+    async with LoadGenerator(
+        spec.engine, work, workers=workers, headers=headers, request_timeout_s=120
+    ) as gen:
+        r = await gen.probe(
+            ProbePlan(phase="rates", rate_rps=rate, warmup_s=warmup_s, window_s=window_s),
+            index=0,
+            slo=SLO,
+        )
+    lags = sorted(r.requests.send_lag_ms)
+    return {
+        "rate": rate,
+        "achieved": r.achieved_rate_rps,
+        "streams_mean": r.running_batch_mean,
+        "max_in_flight": r.max_in_flight,
+        "events_s": r.output_tokens / window_s,
+        "lag_p50": lags[len(lags) // 2],
+        "lag_p99": r.send_lag_p99_ms,
+        "ttft_p50_err_ms": r.ttft_ms.p50 - ttft_ms,
+        "ttft_p99_err_ms": r.ttft_ms.p99 - ttft_ms,
+        "itl_p50_err_ms": r.itl_ms.p50 - itl_ms,
+        "tpot_p50_err_ms": r.tpot_ms.p50 - itl_ms,
+        "cpu_util": (r.client_cpu_s or 0) / (warmup_s + window_s),
+        "preemptions": r.client_preemptions,
+        "failed": r.failed,
+        "client_bound": r.client_bound,
+        "reasons": r.client_bound_reasons,
+    }
+
+
 def best(rows, *, lag_ms: float | None = None) -> dict | None:
     ok = [r for r in rows if not r["client_bound"] and r["failed"] == 0]
     if lag_ms is not None:
@@ -147,16 +191,60 @@ def main() -> None:
         "--peers", default="vllm-bench", help="comma list: vllm-bench,aiperf,guidellm or none"
     )
     parser.add_argument("--streams", type=int, default=8192)
+    parser.add_argument(
+        "--nginx-workers",
+        type=int,
+        default=1,
+        help="nginx worker processes (each holds up to the hard open-file limit's connections)",
+    )
     parser.add_argument("--skip-streams", action="store_true")
     parser.add_argument("--only-streams", action="store_true")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--spaced",
+        type=float,
+        metavar="RATE",
+        help="only: one open-loop probe at RATE req/s with the server's delays (--ttft-ms,"
+        " --itl-ms), every event in its own read; the TTFT/ITL errors against them",
+    )
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="nginx on CPU 0, this process and its load workers on CPU 1",
+    )
     args = parser.parse_args()
 
     print(f"conditions at start: {conditions()}")
-    nginx = start_nginx()
+    nginx = start_nginx(workers=args.nginx_workers)
     out: dict[str, object] = {"conditions_start": conditions()}
+    if args.pin:
+        print(f"pinned: nginx {pin(nginx.pid, {0})} on CPU 0, the generator on CPU 1")
+        os.sched_setaffinity(0, {1})
     try:
         base = nginx.base_url
+        if args.spaced is not None:
+            w = max(int(x) for x in args.workers.split(","))
+            print(
+                f"{args.spaced:g} req/s of {args.tokens}-token streams, TTFT {args.ttft_ms:g} ms,"
+                f" ITL {args.itl_ms:g} ms, {w} worker(s):"
+            )
+            row = asyncio.run(
+                spaced(
+                    base,
+                    rate=args.spaced,
+                    tokens=args.tokens,
+                    ttft_ms=args.ttft_ms,
+                    itl_ms=args.itl_ms,
+                    workers=w,
+                    warmup_s=args.warmup,
+                    window_s=args.window,
+                )
+            )
+            print(f"  {json.dumps(row)}")
+            print(f"conditions at end: {conditions()}")
+            return
         ladders = {}
         peers: dict[str, float | None] = {}
         ours_closed = 0.0

@@ -319,3 +319,42 @@ def test_batch_and_event_paths_read_the_same(name):
     single = feed([stream[i : i + 1] for i in range(len(stream))])
     assert batch == decoded == single
     assert batch.status in ("ok", "short_output", "server_error", "malformed_stream")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b' {"choices": [], "usage": {"completion_tokens": 4}} ',
+        b'{"a": 1, "a": 2}',
+        b"123456789012345678901234567890",
+        # what msgspec refuses and json.loads accepts: the standard library decides
+        b'{"x": NaN}',
+        b'{"x": Infinity}',
+        b"[1e400]",
+        b'"\\ud800"',
+    ],
+)
+def test_event_json_decodes_as_json_loads_would(payload):
+    from tokenwatt.client._stream import _parse_json
+
+    got, want = _parse_json(payload), json.loads(payload)
+    assert json.dumps(got) == json.dumps(want)
+
+
+@pytest.mark.parametrize("payload", [b'{"a": 1} x', b'{"a": ', b"\xff\xfe", b"", b"{'a': 1}"])
+def test_event_json_that_json_loads_refuses_is_refused(payload):
+    from tokenwatt.client._stream import _parse_json
+
+    with pytest.raises(ValueError, match=r"."):
+        json.loads(payload)
+    with pytest.raises(ValueError, match=r"."):
+        _parse_json(payload)
+
+
+def test_nan_in_a_stream_is_read_as_json_would():
+    # one read holding both events (the batched path), then each in its own read
+    nan = ev({"choices": [{"index": 0, "text": " t"}], "x": float("nan")})
+    for chunks in ([tok() + nan, DONE], [tok(), nan, DONE]):
+        r = run(chunks, max_tokens=2)
+        assert r.status == "ok", r.error
+        assert len(r.chunk_ns) == 2
