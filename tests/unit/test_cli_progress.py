@@ -64,3 +64,30 @@ def test_a_stopped_probe_separates_real_failures_from_requests_its_stop_cut():
 
 def test_a_clean_probe_says_zero_failed():
     assert line_for(factories.probe(0)).endswith("0 failed")
+
+
+def test_a_probe_stopped_on_a_certain_pass_says_within_not_over():
+    record = factories.probe(
+        5,
+        rate=20.0,
+        window_requests=150,
+        ok=148,
+        failed=2,
+        output_tokens=148 * 32,
+        goodput_tok_s=320.0,
+        failures_by_cause={"cancelled": 2},
+        early_stop=EarlyStop(
+            outcome="pass",
+            stopped_ns=1,
+            planned_window_requests=150,
+            exceeding_needed=3,
+            ttft_exceeding=0,
+            tpot_exceeding=0,
+            cut_window_requests=2,
+            unsent_window_requests=0,
+        ),
+    )
+    text = line_for(record)
+    assert "PASS (stopped early: provably within the SLO)" in text
+    assert "over the SLO" not in text
+    assert text.endswith("0 failed, 2 cut at the stop")

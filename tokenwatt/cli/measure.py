@@ -182,7 +182,8 @@ class LogProgress(_Base):
         if causes:
             failed += " (" + ", ".join(f"{n} {cause}" for cause, n in sorted(causes.items())) + ")"
         if record.early_stop is not None:
-            bound += " (stopped early: provably over the SLO)"
+            proven = "within" if record.early_stop.outcome == "pass" else "over"
+            bound += f" (stopped early: provably {proven} the SLO)"
             failed += f", {cut} cut at the stop"
         first = self.slo.first_token
         self.console.print(
