@@ -1,0 +1,129 @@
+"""SLO capacity with its interval against real vLLM (CPU build): issue 15's "a quick run against
+real vLLM gives capacity with an interval".
+
+Starts vLLM (the tiny random-weight Llama, prefix caching off) and confines every thread of it
+to the CPU its worker pins itself to, so the load generator has the other CPU to itself (on two
+shared cores, unconfined, vLLM's bursts delay the generator's sends by 100-200 ms and every probe
+is rightly client-bound). Then `tokenwatt run` with the adaptive sweep (`--quick`, or the spec's
+own windows and budget with `--full`) and `tokenwatt report` on the run: the capacity, its 95 %
+interval, the binding SLO and the probes. The spec is `tests/data/vllm-tiny.spec.yaml` with an
+SLO that binds on this server (p99 TTFT 200 ms, p99 TPOT 20 ms), 64-token prompts and 32-token
+answers.
+
+    .venv/bin/python benchmarks/vllm_capacity.py            # quick, ~3 min once vLLM is up
+    .venv/bin/python benchmarks/vllm_capacity.py --full     # 300 probe-seconds, ~7 min
+    .venv/bin/python benchmarks/vllm_capacity.py --full --budget 900
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+from loadgen_common import REPO, conditions, start_vllm
+from loadgen_vs_vllm_bench import confine_server
+
+from tokenwatt.capacity import probe_counts
+from tokenwatt.schema.run import RunFile
+from tokenwatt.store import load_run
+
+SPEC = REPO / "tests" / "data" / "vllm-tiny.spec.yaml"
+TOKENWATT = Path(sys.executable).with_name("tokenwatt")
+
+
+def write_spec(path: Path, base_url: str, budget_s: float) -> None:
+    data = yaml.safe_load(SPEC.read_text())
+    data["engine"]["endpoint"] = f"{base_url}/v1"
+    data["accuracy"]["suite"] = str((SPEC.parent / data["accuracy"]["suite"]).resolve())
+    data["workload"].update(input_tokens=64, output_tokens=32)
+    data["slo"] = {"ttft_p99_ms": 200, "tpot_p99_ms": 20}
+    data["measurement"].update(warmup_s=5, window_s=20, search_window_s=10)
+    data["sweep"] = {
+        "strategy": "adaptive",
+        "budget_s": budget_s,
+        "precision_pct": 5,
+        "start_rps": 4,
+        "growth": 1.5,
+        "max_rps": 200,
+        "ramp": True,
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def show(run: RunFile, config: dict[str, object]) -> None:
+    """Each probe's window requests over each bound (what the fit pools), then the estimate."""
+    counts = probe_counts(run.probes, run.spec.slo)
+    names = sorted(counts)
+    print(f"\nprobes: rate, phase, window requests over the bound ({', '.join(names)}), SLO")
+    by_index = {name: {c.index: c for c in counts[name]} for name in names}
+    for p in run.probes:
+        over = [by_index[n].get(p.index) for n in names]
+        cells = " ".join(f"{c.exceeding:4d}/{c.requests:<4d}" if c else "   -     " for c in over)
+        stopped = " (stopped early)" if p.early_stop is not None else ""
+        bound = " client-bound" if p.client_bound else ""
+        verdict = "pass" if p.slo_pass else "FAIL"
+        print(f"  {p.rate_rps:7.2f} req/s {p.phase:8s} {cells} {verdict}{bound}{stopped}")
+    print(
+        f"\nSLO capacity {config.get('slo_capacity_rps')} req/s, 95 % CI"
+        f" {config.get('slo_capacity_ci_rps')}, binding {config.get('binding_slo')};"
+        f" confirmed {config.get('confirmed_rate_rps')} req/s;"
+        f" {run.outcome.probe_seconds if run.outcome else 0:.0f} probe-seconds"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--full", action="store_true", help="the spec's windows, not --quick")
+    parser.add_argument(
+        "--budget", type=float, default=300.0, help="sweep.budget_s (probe-seconds; --full)"
+    )
+    parser.add_argument("--keep", type=Path, help="copy the run and result files here")
+    parser.add_argument(
+        "--show", type=Path, metavar="DIR", help="only print what --keep wrote to DIR"
+    )
+    args = parser.parse_args()
+    if args.show is not None:
+        show(
+            load_run(args.show / "run.json"),
+            json.loads((args.show / "r.json").read_text())["configs"][0],
+        )
+        return
+    print(f"conditions at start: {conditions()}", flush=True)
+    vllm = start_vllm()
+    try:
+        server, clients = confine_server(vllm.pid)
+        print(f"vLLM on CPU {sorted(server)}, tokenwatt on CPU {sorted(clients)}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="tw-vllm-cap-") as tmp:
+            spec, run, result = Path(tmp, "spec.yaml"), Path(tmp, "run.json"), Path(tmp, "r.json")
+            write_spec(spec, vllm.base_url, args.budget)
+            argv = [str(TOKENWATT), "run", "--spec", str(spec), "--label", "vllm-cpu"]
+            argv += ["--role", "baseline", "--out", str(run), "--no-accuracy"]
+            if not args.full:
+                argv.append("--quick")
+            subprocess.run(argv, check=True)
+            subprocess.run(
+                [str(TOKENWATT), "report", "--title", "vLLM CPU capacity", "--out", str(result)]
+                + [str(run)],
+                check=True,
+            )
+            loaded = load_run(run)
+            config = json.loads(result.read_text())["configs"][0]
+            if args.keep:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for f in (spec, run, result):
+                    (args.keep / f.name).write_bytes(f.read_bytes())
+    finally:
+        vllm.stop()
+    show(loaded, config)
+    print(f"conditions at end: {conditions()}")
+
+
+if __name__ == "__main__":
+    main()
