@@ -76,19 +76,24 @@ class Target:
         self.host_header = host if self.port == default_port else f"{host}:{self.port}"
         self.path_prefix = parts.path.rstrip("/")
 
-    def head(
-        self, method: str, path: str, *, headers: Mapping[str, str], content_length: int
-    ) -> bytes:
-        """Request line and headers for ``path`` (relative to the base URL's prefix)."""
+    def head_prefix(self, method: str, path: str, *, headers: Mapping[str, str]) -> bytes:
+        """Request line and headers for ``path``, up to the ``Content-Length``.
+
+        ``path`` is relative to the base URL's prefix; :func:`message` adds the length and the
+        body, so a client encodes this part once for all its requests.
+        """
         lines = [
             f"{method} {self.path_prefix}{path} HTTP/1.1",
             f"Host: {self.host_header}",
             *(f"{k}: {v}" for k, v in headers.items()),
-            f"Content-Length: {content_length}",
-            "",
             "",
         ]
         return "\r\n".join(lines).encode("latin-1")
+
+
+def message(head_prefix: bytes, body: bytes) -> bytes:
+    """A whole request: a :meth:`Target.head_prefix`, the body's ``Content-Length``, the body."""
+    return b"%sContent-Length: %d\r\n\r\n%s" % (head_prefix, len(body), body)
 
 
 class _Exchange:

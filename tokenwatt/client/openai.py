@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +33,9 @@ from types import TracebackType
 from typing import Any, Literal
 
 import httpx
+import msgspec
 
-from tokenwatt.client._http1 import HTTP1Pool, InFlightHTTP, Target
+from tokenwatt.client._http1 import HTTP1Pool, InFlightHTTP, Target, message
 from tokenwatt.client._stream import FAILURE_CAUSES, FailureCause, RequestResult, StreamState
 from tokenwatt.errors import EndpointError
 from tokenwatt.schema.spec import EngineSpec
@@ -127,6 +129,32 @@ def root_url(base_url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
+_ENCODE: Callable[[Any], bytes] = msgspec.json.Encoder().encode
+"""Compact JSON (msgspec, C): 10x faster than ``json.dumps`` for a token-id prompt (0.9 against
+8.9 µs at 64 ids, 2.5 against 33 µs at 512; benchmarks/README.md, "Client CPU per event"), and
+the same bytes wherever both are ASCII. Text outside ASCII (msgspec writes UTF-8, the body has
+always escaped it) and what msgspec refuses go through ``json.dumps``, so a body is byte for byte
+what it always was."""
+
+
+def _plain_json(value: object) -> bool:
+    """Whether both JSON encoders write ``value`` alike.
+
+    True for strings, ints, finite floats, booleans, None, lists and string-keyed objects;
+    msgspec writes NaN as null and dates as strings, where ``json.dumps`` writes NaN and refuses
+    dates.
+    """
+    if value is None or isinstance(value, (str, int)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(type(k) is str and _plain_json(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain_json(v) for v in value)
+    return False
+
+
 def request_body(engine: EngineSpec, request: GenerationRequest) -> bytes:
     """The JSON body of a streamed request, byte for byte the same for the same inputs.
 
@@ -161,6 +189,14 @@ def request_body(engine: EngineSpec, request: GenerationRequest) -> bytes:
     if request.keep_reply and engine.api == "completions":
         body["return_token_ids"] = True
     body.update(engine.extra_body)
+    if not engine.extra_body or _plain_json(engine.extra_body):
+        try:
+            wire = _ENCODE(body)
+        except (msgspec.EncodeError, TypeError, OverflowError):
+            pass
+        else:
+            if wire.isascii():
+                return wire
     return json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
@@ -275,6 +311,7 @@ class OpenAIClient:
             self._headers["Authorization"] = f"Bearer {key}"
         self._headers.update(headers or {})
         self._path = "/chat/completions" if engine.api == "chat" else "/completions"
+        self._post_head: bytes | None = None  # the streamed POST's head up to Content-Length
         self._target = Target(self.base_url)
         self._max_connections = max_connections
         self._http: httpx.AsyncClient | None = None
@@ -472,10 +509,11 @@ class OpenAIClient:
         body = request_body(self.engine, request)
         wire = b""
         if self.transport == "fast":
-            head = self._target.head(
-                "POST", self._path, headers=self._headers, content_length=len(body)
-            )
-            wire = head + body
+            if self._post_head is None:
+                self._post_head = self._target.head_prefix(
+                    "POST", self._path, headers=self._headers
+                )
+            wire = message(self._post_head, body)
         return PreparedRequest(
             index=request.index,
             max_tokens=request.max_tokens,
