@@ -71,17 +71,18 @@ def test_the_server_answers_with_its_shape_and_keeps_its_stamps():
 
 
 def test_a_run_the_client_cannot_pace_is_refused_before_any_load(repo, tmp_path):
-    """One concurrency slot for 20 req/s of one-second streams: the first rung waits for slots,
-    so it is client-bound and the run is refused with exit 2, nothing written."""
+    """One concurrency slot for 4 req/s of streams that each take most of a second: the first
+    rung waits for slots, so it is client-bound and the run is refused with exit 2, nothing
+    written. (At 20 req/s the rung's window requests queued behind the one slot for 50 s.)"""
     data = tiny_sim_spec_data(repo)
     data["measurement"]["max_concurrency"] = 1
-    data["sweep"] = {"rates": [20]}
+    data["sweep"] = {"rates": [4]}
     spec_path = write_spec(tmp_path / "tight.spec.yaml", data)
     out = tmp_path / "run.json"
     done = run_measure(measure_argv(spec_path, out, "--no-accuracy"), cwd=repo)
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = error_lines(done.stderr)
-    assert line.startswith("CalibrationError: sweep.rates: 20 is above what this load generator")
+    assert line.startswith("CalibrationError: sweep.rates: 4 is above what this load generator")
     assert "concurrency slot" in line
     assert not out.exists()
     # the same spec with room to pace runs, and its run file holds the calibration
