@@ -12,8 +12,8 @@ so every event arrives in its own read as from a real engine, N connections in a
   transport does, the body only counted.
 - ``tokenwatt``: the whole client (``OpenAIClient``: framing, SSE, JSON, per-event stamps).
 
-CPU time of this process (``time.process_time``; nginx runs in its own) over reads and over
-events (tokens, the usage chunk and ``[DONE]``). Medians of ``--rounds``.
+CPU time of this process, user and kernel apart (``os.times``; nginx runs in its own), over
+reads and over events (tokens, the usage chunk and ``[DONE]``). Medians of ``--rounds``.
 
     .venv/bin/python benchmarks/read_floor.py
     .venv/bin/python benchmarks/read_floor.py --pin    # nginx on CPU 0, the reader on CPU 1

@@ -226,10 +226,11 @@ def _error_text(obj: Any) -> str:
 
 _MODE_SSE, _MODE_ERROR, _MODE_JSON = 0, 1, 2
 # Every streamed token's JSON goes through msgspec's decoder (C, straight from bytes: about
-# half the CPU of json.loads, benchmarks/README.md "Client CPU per event"). What it refuses
-# and JSON as Python reads it accepts (NaN, numbers beyond a double, lone surrogates) falls
-# back to the standard library's C scanner, called directly (the json.loads wrapper's encoding
-# sniffing and extra calls double its cost), so a stream decodes exactly as json.loads would.
+# half the CPU of json.loads; benchmarks/README.md, "The floor under a spaced event"). What it
+# refuses and JSON as Python reads it accepts (NaN, numbers beyond a double, lone surrogates)
+# falls back to the standard library's C scanner, called directly (the json.loads wrapper's
+# encoding sniffing and extra calls double its cost), so a stream decodes exactly as json.loads
+# would.
 _DECODE: Callable[[bytes], Any] = msgspec.json.Decoder().decode
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _WS = " \t\n\r"
