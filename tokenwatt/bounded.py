@@ -33,7 +33,7 @@ __all__ = [
     "MAX_INT_DIGITS",
     "MAX_TABLE_BYTES",
     "MAX_YAML_NODES",
-    "finite_numbers_only",
+    "json_values_only",
     "open_text",
     "parse_json",
     "parse_json_line",
@@ -357,19 +357,35 @@ def parse_yaml(text: str, *, where: Path | str, error: type[InputError] = InputE
         loader.dispose()
 
 
-def finite_numbers_only(value: Any) -> str | None:
-    """The path (``a.b[2]``) of the first NaN or infinity inside ``value``, else None.
+def json_values_only(value: Any) -> str | None:
+    """Why ``value`` cannot be sent as JSON (``"a.b[2] is NaN or infinite, ..."``), else None.
 
-    YAML has ``.nan`` and ``.inf``; a free-form mapping such as ``engine.extra_body`` would pass
-    them on, and JSON cannot carry them (they would be written as ``null``).
+    A free-form mapping such as ``engine.extra_body`` is whatever YAML makes of it: ``.nan`` and
+    ``.inf`` (JSON would carry ``null`` instead), and a bare ``2026-12-03`` (a date), ``!!binary``
+    (bytes) or ``!!set`` (a set), which a JSON encoder refuses only when the first request is
+    written. Object keys may be strings or integers (``logit_bias: {1234: -100}``; JSON writes
+    the integer as a string); booleans, floats and null as keys are refused, as ambiguous.
     """
     stack: list[tuple[str, Any]] = [("", value)]
     while stack:
         where, item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return where or "(top level)"
-        if isinstance(item, dict):
-            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in item.items())
+        at = where or "(top level)"
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{at} is NaN or infinite, which a JSON request cannot carry"
+        elif isinstance(item, dict):
+            for key, member in item.items():
+                if isinstance(key, bool) or not isinstance(key, (str, int)):
+                    return (
+                        f"{at} has the key {key!r} ({type(key).__name__}); JSON object keys are"
+                        " strings (quote it)"
+                    )
+                stack.append((f"{where}.{key}" if where else str(key), member))
         elif isinstance(item, list):
             stack.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
+        elif item is not None and not isinstance(item, (str, int)):
+            return (
+                f"{at} is a {type(item).__name__}, which a JSON request cannot carry"
+                " (quote it to send a string)"
+            )
     return None

@@ -9,6 +9,7 @@ field and the problem, and that nothing in the working folder was written, repla
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -222,6 +223,15 @@ SPEC_CASES = [
         "spec-extra-body-inf",
         _validate("s.yaml", spec_text(**{"engine.extra_body": {"a": [1, float("inf")]}})),
         ["engine.extra_body", "a[1] is NaN or infinite"],
+    ),
+    Case(
+        # A bare YAML date is a date, not a string: refused before the run, not by a
+        # TypeError when the first request is written.
+        "spec-extra-body-date",
+        _validate(
+            "s.yaml", spec_text(**{"engine.extra_body": {"since": datetime.date(2026, 1, 2)}})
+        ),
+        ["engine.extra_body", "since is a date", "quote it"],
     ),
     Case(
         "spec-endpoint-password",

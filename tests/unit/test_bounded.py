@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import threading
@@ -121,7 +122,18 @@ def test_json_limits():
         bounded.parse_json_line('{"t_s": Infinity}')
 
 
-def test_finite_numbers_only():
-    assert bounded.finite_numbers_only({"a": [1, {"b": 2.5}]}) is None
-    assert bounded.finite_numbers_only({"a": [1, {"b": float("nan")}]}) == "a[1].b"
-    assert bounded.finite_numbers_only(float("inf")) == "(top level)"
+def test_json_values_only():
+    assert bounded.json_values_only({"a": [1, {"b": 2.5, "c": None, "d": True}], 7: "x"}) is None
+    nan = bounded.json_values_only({"a": [1, {"b": float("nan")}]})
+    assert nan == "a[1].b is NaN or infinite, which a JSON request cannot carry"
+    assert bounded.json_values_only(float("inf")).startswith("(top level) is NaN")
+    date = bounded.json_values_only({"meta": {"since": datetime.date(2026, 12, 3)}})
+    assert date == (
+        "meta.since is a date, which a JSON request cannot carry (quote it to send a string)"
+    )
+    assert bounded.json_values_only({"b": [b"\x00"]}).startswith("b[0] is a bytes")
+    assert bounded.json_values_only({"s": {1, 2}}).startswith("s is a set")
+    assert bounded.json_values_only({"m": {None: 1}}) == (
+        "m has the key None (NoneType); JSON object keys are strings (quote it)"
+    )
+    assert "the key True (bool)" in bounded.json_values_only({True: 1})

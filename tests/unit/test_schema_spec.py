@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from pydantic import ValidationError
 
@@ -134,6 +136,10 @@ def test_an_integer_is_a_float_and_extra_body_must_be_finite():
     assert spec.slo.ttft_p99_ms == 1000.0
     engine = {"model": "m", "extra_body": {"top_k": [1, float("nan")]}}
     with pytest.raises(ValidationError, match=r"top_k\[1\] is NaN or infinite"):
+        Spec.model_validate(factories.spec_dict(engine=engine))
+    # What YAML reads as a date is not JSON either (it would fail at the first request).
+    engine = {"model": "m", "extra_body": {"meta": {"day": datetime.date(2026, 1, 2)}}}
+    with pytest.raises(ValidationError, match=r"meta\.day is a date"):
         Spec.model_validate(factories.spec_dict(engine=engine))
 
 

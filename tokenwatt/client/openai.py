@@ -141,7 +141,7 @@ def _plain_json(value: object) -> bool:
 
     True for strings, numbers, booleans, None, lists and string-keyed objects; msgspec writes
     dates as strings where ``json.dumps`` refuses them. (Non-finite floats, which msgspec would
-    write as null, never get here: the spec refuses them in ``engine.extra_body``.)
+    write as null, never get here: the spec refuses them, and dates, in ``engine.extra_body``.)
     """
     if value is None or isinstance(value, (str, int, float)):
         return True

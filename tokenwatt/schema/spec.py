@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from tokenwatt.bounded import finite_numbers_only
+from tokenwatt.bounded import json_values_only
 from tokenwatt.schema.base import (
     EnvVarName,
     KvDtype,
@@ -217,11 +217,10 @@ class EngineSpec(StrictInputModel):
 
     @field_validator("extra_body")
     @classmethod
-    def _finite_extra_body(cls, value: dict[str, Any]) -> dict[str, Any]:
-        where = finite_numbers_only(value)
-        if where is not None:
-            # JSON has no NaN or infinity: the request body would carry null instead.
-            raise ValueError(f"{where} is NaN or infinite, which a JSON request cannot carry")
+    def _json_extra_body(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = json_values_only(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
