@@ -50,7 +50,7 @@ from tokenwatt.load.calibrate import (
 from tokenwatt.load.engine_metrics import find_running_gauge
 from tokenwatt.load.open_files import ensure_open_files
 from tokenwatt.load.prefix import cache_block_tokens
-from tokenwatt.load.probe import LoadGenerator
+from tokenwatt.load.probe import LoadGenerator, available_cpus
 from tokenwatt.load.workload import Workload, build_workload
 from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
 from tokenwatt.power import Sampler, sampler_for_spec
@@ -515,7 +515,12 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     same_file = opts.resume is not None and opts.resume.resolve() == opts.out.resolve()
     _check_writable(opts.out, force=opts.force or same_file)
     check_spec_inputs(loaded)
-    ensure_open_files(eff_m.max_concurrency)
+    # Ray actors hold their streams on their own hosts; here, a cap one process may not hold is
+    # split over local workers (up to one per CPU).
+    local_load = load_cluster(spec, opts.ray_address) is None
+    min_workers = ensure_open_files(
+        eff_m.max_concurrency, max_workers=available_cpus() if local_load else 1
+    )
     if previous is not None:
         state.started = previous.environment.started_utc
     sim = None
@@ -554,6 +559,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
                 eff_s,
                 request_timeout_s=float(eff_m.request_timeout_s),
                 max_concurrency=eff_m.max_concurrency,
+                min_workers=min_workers,
                 progress=lambda text: progress.phase("calibration", text),
             )
             progress.phase("calibration", calibration_text(state.calibration))
@@ -568,6 +574,7 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             metrics_url=metrics_url,
             cluster=cluster,
             ramp=eff_s.ramp,
+            min_workers=min_workers,
         )
         if generator.cluster is not None:
             progress.phase("pre-flight", f"joining the Ray cluster at {generator.cluster.address}")

@@ -257,10 +257,13 @@ async def calibrate(
     *,
     request_timeout_s: float,
     max_concurrency: int,
+    min_workers: int = 1,
     max_rungs: int = MAX_RUNGS,
     progress: Callable[[str], None] | None = None,
 ) -> ClientCalibration:
     """Run the calibration (module docstring) and return what it measured.
+
+    ``min_workers``: fewest load workers (the open-file split, :mod:`tokenwatt.load.open_files`).
 
     Raises:
         CalibrationError: the calibration server did not start.
@@ -300,6 +303,7 @@ async def calibrate(
             env=os.environ,
             request_timeout_s=request_timeout_s,
             max_concurrency=max_concurrency,
+            min_workers=min_workers,
         ) as gen:
             for index, rate in enumerate(rung_rates(sweep, max_rungs)):
                 rung = await _rung(gen, server, index, rate * turns, tokens, progress)

@@ -162,6 +162,9 @@ class LoadGenerator:
             (:attr:`~tokenwatt.sweep.ProbePlan.ramp`) starts on them (:mod:`tokenwatt.sweep`,
             "Ramp"). A probe ramps only on the workers that ran the previous one: when it needs
             more, they are replaced and it starts from idle (its record says so).
+        min_workers: fewest workers of the automatic choice, whatever the rate: the split that
+            keeps each worker's share of ``max_concurrency`` under the open-file limit
+            (:func:`tokenwatt.load.open_files.ensure_open_files`).
     """
 
     def __init__(
@@ -182,6 +185,7 @@ class LoadGenerator:
         in_process: bool = False,
         cluster: LoadClusterSpec | None = None,
         ramp: bool = False,
+        min_workers: int = 1,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -197,6 +201,7 @@ class LoadGenerator:
         self.max_concurrency = max_concurrency
         self.fixed_workers = workers
         self.max_workers = max(1, max_workers if max_workers is not None else available_cpus())
+        self.min_workers = max(1, min(min_workers, self.max_workers))
         self.metrics_url = metrics_url
         self.transport: TransportName = transport
         self.headers = dict(headers or {})
@@ -325,6 +330,7 @@ class LoadGenerator:
             mean_output_tokens=self._expected_output_tokens(),
             max_workers=self.max_workers,
         )
+        planned = max(planned, self.min_workers)
         if self.cluster is not None:  # one actor or more on every eligible node
             planned = min(self.max_workers, max(planned, self._eligible_nodes))
         return min(planned, self.max_concurrency)
