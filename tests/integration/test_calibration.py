@@ -75,6 +75,7 @@ def test_a_run_the_client_cannot_pace_is_refused_before_any_load(repo, tmp_path)
     rung waits for slots, so it is client-bound and the run is refused with exit 2, nothing
     written. (At 20 req/s the rung's window requests queued behind the one slot for 50 s.)"""
     data = tiny_sim_spec_data(repo)
+    data["load"] = {"calibrate": True}  # tiny-sim's runs skip it
     data["measurement"]["max_concurrency"] = 1
     data["sweep"] = {"rates": [4]}
     spec_path = write_spec(tmp_path / "tight.spec.yaml", data)
