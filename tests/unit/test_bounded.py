@@ -123,17 +123,22 @@ def test_json_limits():
 
 
 def test_json_values_only():
+    def problem(value: object) -> str:
+        found = bounded.json_values_only(value)
+        assert found is not None
+        return found
+
     assert bounded.json_values_only({"a": [1, {"b": 2.5, "c": None, "d": True}], 7: "x"}) is None
-    nan = bounded.json_values_only({"a": [1, {"b": float("nan")}]})
+    nan = problem({"a": [1, {"b": float("nan")}]})
     assert nan == "a[1].b is NaN or infinite, which a JSON request cannot carry"
-    assert bounded.json_values_only(float("inf")).startswith("(top level) is NaN")
-    date = bounded.json_values_only({"meta": {"since": datetime.date(2026, 12, 3)}})
+    assert problem(float("inf")).startswith("(top level) is NaN")
+    date = problem({"meta": {"since": datetime.date(2026, 12, 3)}})
     assert date == (
         "meta.since is a date, which a JSON request cannot carry (quote it to send a string)"
     )
-    assert bounded.json_values_only({"b": [b"\x00"]}).startswith("b[0] is a bytes")
-    assert bounded.json_values_only({"s": {1, 2}}).startswith("s is a set")
-    assert bounded.json_values_only({"m": {None: 1}}) == (
+    assert problem({"b": [b"\x00"]}).startswith("b[0] is a bytes")
+    assert problem({"s": {1, 2}}).startswith("s is a set")
+    assert problem({"m": {None: 1}}) == (
         "m has the key None (NoneType); JSON object keys are strings (quote it)"
     )
-    assert "the key True (bool)" in bounded.json_values_only({True: 1})
+    assert "the key True (bool)" in problem({True: 1})
