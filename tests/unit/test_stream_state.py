@@ -358,3 +358,77 @@ def test_nan_in_a_stream_is_read_as_json_would():
         r = run(chunks, max_tokens=2)
         assert r.status == "ok", r.error
         assert len(r.chunk_ns) == 2
+
+
+# -- typed chunks (msgspec structs) read exactly as generic JSON values were --------------------
+
+TYPED_EXTRA = {
+    "error null": [tok(), ev({"error": None, "choices": [{"text": " x"}]}), DONE],
+    "error object with choices": [ev({"object": "error", "choices": [{"text": " x"}]}), DONE],
+    "numbers where text goes": [
+        ev({"choices": [{"text": 5, "finish_reason": 7}]}),
+        ev({"choices": [{"text": 0, "delta": {"content": "a"}}]}),
+        DONE,
+    ],
+    "kept reply with ids": [
+        ev({"choices": [{"text": " a", "token_ids": [1, 2]}]}),
+        ev({"choices": [{"delta": {"content": "b"}, "token_ids": [3]}]}),
+        ev({"choices": [{"text": " c", "token_ids": [4, "x"]}]}),
+        ev({"choices": [{"text": " d"}], "id": "c-1", "model": "m", "extra": {"deep": [1, {}]}}),
+        DONE,
+    ],
+    "choices as an object": [ev({"choices": {"text": " x"}}), tok(), DONE],
+    "two objects in one event": [b'data: {"choices": []},{"choices": []}\n\n', tok(), DONE],
+}
+
+
+def _feed_kept(chunks, t_ns=5_000):
+    results: list[RequestResult] = []
+    state = StreamState(
+        index=1,
+        t_send_ns=1_000,
+        max_tokens=4,
+        input_tokens_sent=10,
+        ignore_eos=True,
+        on_done=results.append,
+        turn=0,
+        keep_reply=True,
+    )
+    state.on_head(200, "", {"content-type": "text/event-stream"})
+    for chunk in chunks:
+        state.on_body(chunk, t_ns)
+    state.on_end(t_ns)
+    return results[0]
+
+
+@pytest.mark.parametrize("name", [*STREAMS, *TYPED_EXTRA])
+def test_typed_chunks_read_as_generic_json_did(name, monkeypatch):
+    import msgspec
+
+    from tokenwatt.client import _stream
+
+    stream = b"".join({**STREAMS, **TYPED_EXTRA}[name])
+    ways = ([stream], [stream[i : i + 1] for i in range(len(stream))])
+    typed = [_feed_kept(chunks) for chunks in ways]
+
+    def refuse(data):
+        raise msgspec.DecodeError("the generic path, as before typed chunks")
+
+    monkeypatch.setattr(_stream, "_DECODE_CHUNK", refuse)
+    monkeypatch.setattr(_stream, "_DECODE_CHUNKS", refuse)
+    generic = [_feed_kept(chunks) for chunks in ways]
+    assert typed == generic
+    assert typed[0] == typed[1]
+
+
+def test_a_plain_chunk_decodes_typed_and_an_error_event_does_not():
+    from tokenwatt.client._stream import _Chunk, _plain_chunk
+
+    chunk = _plain_chunk(b'{"id": "x", "choices": [{"index": 0, "text": " t"}], "usage": null}')
+    assert type(chunk) is _Chunk
+    assert chunk.choices is not None
+    assert chunk.choices[0].text == " t"
+    assert _plain_chunk(b'{"error": null}') is None
+    assert _plain_chunk(b'{"object": "error"}') is None
+    assert _plain_chunk(b'{"choices": [1]}') is None  # the generic path drops such choices
+    assert _plain_chunk(b'{"x": NaN}') is None
