@@ -59,6 +59,14 @@ def ensure_open_files(max_concurrency: int, *, max_workers: int = 1) -> int:
         while workers < max_workers and files_needed(max_concurrency, workers) > hard:
             workers += 1
     needed = files_needed(max_concurrency, workers)
+    if workers > 1 and needed <= hard:
+        logger.info(
+            "measurement.max_concurrency %d is split over at least %d load workers: one process"
+            " may open %d files (the hard limit)",
+            max_concurrency,
+            workers,
+            hard,
+        )
     if soft == unlimited or soft >= needed:
         return workers
     if hard != unlimited and hard < needed:
