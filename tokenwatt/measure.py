@@ -521,6 +521,12 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     min_workers = ensure_open_files(
         eff_m.max_concurrency, max_workers=available_cpus() if local_load else 1
     )
+    if min_workers > 1:
+        progress.phase(
+            "pre-flight",
+            f"measurement.max_concurrency {eff_m.max_concurrency:,} is more streams than one"
+            f" process may hold open: every probe runs on at least {min_workers} load workers",
+        )
     if previous is not None:
         state.started = previous.environment.started_utc
     sim = None

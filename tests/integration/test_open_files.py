@@ -168,6 +168,7 @@ def test_a_cap_that_fits_over_two_workers_runs_on_two(repo, tmp_path: Path):
         timeout_s=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "every probe runs on at least 2 load workers" in done.stderr
     probes = json.loads(out.read_text())["probes"]
     assert probes
     assert {probe["workers"] for probe in probes} == {2}
