@@ -289,8 +289,9 @@ STREAMS = {
 }
 
 
-def feed(chunks, t_ns=5_000):
-    """Feed chunks at one arrival time, so that results differ only by how they were parsed."""
+def feed(chunks, t_ns=5_000, *, keep_reply=False):
+    """Feed chunks at one arrival time, so that results differ only by how they were parsed
+    (``keep_reply``: as a session's turn, whose reply text and token ids are kept)."""
     results: list[RequestResult] = []
     state = StreamState(
         index=1,
@@ -299,6 +300,8 @@ def feed(chunks, t_ns=5_000):
         input_tokens_sent=10,
         ignore_eos=True,
         on_done=results.append,
+        turn=0 if keep_reply else None,
+        keep_reply=keep_reply,
     )
     state.on_head(200, "", {"content-type": "text/event-stream"})
     for chunk in chunks:
@@ -382,25 +385,6 @@ TYPED_EXTRA = {
 }
 
 
-def _feed_kept(chunks, t_ns=5_000):
-    results: list[RequestResult] = []
-    state = StreamState(
-        index=1,
-        t_send_ns=1_000,
-        max_tokens=4,
-        input_tokens_sent=10,
-        ignore_eos=True,
-        on_done=results.append,
-        turn=0,
-        keep_reply=True,
-    )
-    state.on_head(200, "", {"content-type": "text/event-stream"})
-    for chunk in chunks:
-        state.on_body(chunk, t_ns)
-    state.on_end(t_ns)
-    return results[0]
-
-
 @pytest.mark.parametrize("name", [*STREAMS, *TYPED_EXTRA])
 def test_typed_chunks_read_as_generic_json_did(name, monkeypatch):
     import msgspec
@@ -409,14 +393,14 @@ def test_typed_chunks_read_as_generic_json_did(name, monkeypatch):
 
     stream = b"".join({**STREAMS, **TYPED_EXTRA}[name])
     ways = ([stream], [stream[i : i + 1] for i in range(len(stream))])
-    typed = [_feed_kept(chunks) for chunks in ways]
+    typed = [feed(chunks, keep_reply=True) for chunks in ways]
 
     def refuse(data):
         raise msgspec.DecodeError("the generic path, as before typed chunks")
 
     monkeypatch.setattr(_stream, "_DECODE_CHUNK", refuse)
     monkeypatch.setattr(_stream, "_DECODE_CHUNKS", refuse)
-    generic = [_feed_kept(chunks) for chunks in ways]
+    generic = [feed(chunks, keep_reply=True) for chunks in ways]
     assert typed == generic
     assert typed[0] == typed[1]
 
