@@ -272,8 +272,12 @@ _DECODE_CHUNKS: Callable[[bytes], list[_Chunk]] = msgspec.json.Decoder(list[_Chu
 _UNSET = msgspec.UNSET
 
 
-def _is_error(chunk: _Chunk) -> bool:
-    return chunk.error is not _UNSET or chunk.object == "error"
+def _any_error(chunks: Sequence[_Chunk]) -> bool:
+    """Whether any of ``chunks`` is an error event: an ``error`` key, or ``"object": "error"``."""
+    for chunk in chunks:  # noqa: SIM110 - any() over a generator costs 0.1 µs more per event
+        if chunk.error is not _UNSET or chunk.object == "error":
+            return True
+    return False
 
 
 def _plain_chunk(data: bytes) -> _Chunk | None:
@@ -286,7 +290,7 @@ def _plain_chunk(data: bytes) -> _Chunk | None:
         chunk = _DECODE_CHUNK(data)
     except msgspec.DecodeError:
         return None
-    return None if _is_error(chunk) else chunk
+    return None if _any_error((chunk,)) else chunk
 
 
 def _chunk_of(obj: dict[str, Any]) -> _Chunk:
@@ -371,11 +375,8 @@ def _parse_payloads(payloads: list[bytes]) -> list[Any] | None:
         parsed = _DECODE_CHUNKS(blob)
     except msgspec.DecodeError:
         parsed = None
-    if parsed is not None:
-        for chunk in parsed:  # a plain loop: this runs for every event
-            if chunk.error is not _UNSET or chunk.object == "error":
-                parsed = None  # an error event: read from its whole object
-                break
+    if parsed is not None and _any_error(parsed):
+        parsed = None  # an error event: read from its whole object
     if parsed is None:
         # Not all plain chunks: generic JSON values, read one by one (StreamState._take).
         try:
