@@ -495,8 +495,8 @@ def capacity_verdict(
         # The change is the joint fit's (paired where the runs share streams); each run's own
         # estimate stands beside it, and their ratio need not match it.
         caps = (
-            f" (each run's own SLO capacity estimate: {tuned.capacity_rps:.2f} vs"
-            f" {baseline.capacity_rps:.2f} req/s)"
+            f" (fitted on both runs' probes together; each run's own SLO capacity estimate"
+            f" alone: {tuned.capacity_rps:.2f} vs {baseline.capacity_rps:.2f} req/s)"
         )
     drift_text = (
         f", widened by the baseline's drift against its repeat ({drift_pct:+.1f}%)"

@@ -188,6 +188,12 @@ def test_capacity_verdict_better_worse_by_the_interval():
     # MDE = (t(0.975, 10) + t(0.80, 10)) x se = (2.228139 + 0.879058) x 0.02 in ln
     assert v.mde_pct == pytest.approx((math.exp(3.107197 * 0.02) - 1) * 100, rel=1e-5)
     assert "higher SLO capacity" in v.text
+    # the per-run estimates (11.0 / 10.0: +10 %) stand beside the jointly fitted +10.5 %, said
+    # to be another figure, so their ratio is not read as the change
+    assert (
+        "(fitted on both runs' probes together; each run's own SLO capacity estimate alone:"
+        " 11.00 vs 10.00 req/s)"
+    ) in v.text
     v = capacity_verdict(caps(), rel(-0.10, 0.05, se=0.02), order=ORDER, max_drop_pts=None)
     assert v.outcome == "worse"
     assert "lower SLO capacity" in v.text
