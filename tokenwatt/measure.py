@@ -517,9 +517,9 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
     check_spec_inputs(loaded)
     # Ray actors hold their streams on their own hosts; here, a cap one process may not hold is
     # split over local workers (up to one per CPU).
-    local_load = load_cluster(spec, opts.ray_address) is None
+    cluster = load_cluster(spec, opts.ray_address)
     min_workers = ensure_open_files(
-        eff_m.max_concurrency, max_workers=available_cpus() if local_load else 1
+        eff_m.max_concurrency, max_workers=available_cpus() if cluster is None else 1
     )
     if min_workers > 1:
         progress.phase(
@@ -556,7 +556,6 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
         )
         _warn_short_warmup(workload, spec, eff_m)
         state.prefix_reuse = prefix_reuse(workload, spec, state.engine_config)
-        cluster = load_cluster(spec, opts.ray_address)
         if (spec.load is None or spec.load.calibrate) and cluster is None and not opts.quick:
             progress.phase("calibration", "the load generator against a local server")
             state.calibration = await calibrate(
