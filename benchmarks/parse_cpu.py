@@ -69,8 +69,11 @@ def vllm_stream(tokens: int = TOKENS) -> list[bytes]:
 
     usage = {"prompt_tokens": 16, "completion_tokens": tokens, "total_tokens": 16 + tokens}
     last = _event(
-        {"id": "x", "object": "text_completion", "created": 1, "model": "tiny"}
-        | {
+        {
+            "id": "x",
+            "object": "text_completion",
+            "created": 1,
+            "model": "tiny",
             "choices": [],
             "usage": usage,
         }

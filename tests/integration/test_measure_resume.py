@@ -33,9 +33,6 @@ def _spec(repo: Path, tmp_path: Path) -> Path:
     spec["model"]["config"] = str(repo / "specs/models/Qwen__Qwen3-8B/config.json")
     del spec["accuracy"]
     spec["sweep"] = {"rates": RATES}
-    # Not what this test is about: the client's calibration (tests/integration/test_calibration.py)
-    # would run again in each of the four runs.
-    spec["load"] = {"calibrate": False}
     return write_spec(tmp_path / "resume.spec.yaml", spec)
 
 
