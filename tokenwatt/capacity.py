@@ -43,10 +43,22 @@ least the highest passing rate (or under the lowest failing one) with no interva
 Probes used: every probe that is not client-bound (the harness, not the server, limited it) and
 has window requests. A probe stopped early (it had provably failed) is used for the bracket
 only: its counts stop exactly when they reach the proof, which would bias the fit.
+
+**Probes short of steady state.** A window that opened before the load in the system had built
+up to the rate's steady state (the steady-state audit, :mod:`tokenwatt.audits`: more than
+``STEADY_STATE_SHORTFALL_PCT`` % of it missing) saw less load than the rate brings, so its
+latencies read low: its *pass* says nothing about the steady state and is not counted, for the
+fit or the bracket. Its fail is counted (more load would only have added to it). Symmetrically,
+a ramped window that opened over the steady state (carried over from a faster probe) has its
+fail left out and its pass counted. On the seed's full workload (outputs up to 18,589 tokens,
+in the system up to 15 minutes) the short search windows from idle pass well above the
+capacity; counting their passes read it about 12 % high (``benchmarks/README.md``). Each fit
+says how many probes it left out this way (``short_of_steady``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -78,6 +90,7 @@ __all__ = [
     "pct_of_log_ratio",
     "probe_counts",
     "relative_capacity",
+    "short_of_steady",
     "slo_bounds",
     "stream_correlation",
 ]
@@ -155,6 +168,9 @@ class ConstraintFit:
     upper_bound_rps: float | None = None
     """Lowest rate above it at which it was not."""
     probes_used: int = 0
+    short_of_steady: int = 0
+    """Probes whose verdict on this bound was left out: a pass of a window that opened short of
+    steady state, or a fail of one that opened over it (module docstring)."""
     dispersion: float | None = None
     """phi: how much more the counts vary than independent requests would."""
     dof: int | None = None
@@ -228,10 +244,32 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
 
     A probe stopped early on a fail counts as failing only the bound that proved it (the other
     bound's verdict is unknown: its cut requests say nothing about it), and its counts leave the
-    cut requests out.
+    cut requests out. A pass of a window that opened short of steady state, and a fail of one
+    that opened over it, are left out (:func:`short_of_steady`).
     """
+    return _probe_counts(probes, slo)[0]
+
+
+def short_of_steady(probe: ProbeRecord, passed: bool) -> bool:
+    """Whether a probe's verdict on a bound says nothing about the steady state (pure).
+
+    A pass, when its window opened short of the steady-state load by more than the audit's limit
+    (its latencies read low); a fail, when it opened over it (a ramp from a faster probe: they
+    read high). A probe without the audit (an old run file) is taken as steady.
+    """
+    audit = probe.audits.steady_state if probe.audits is not None else None
+    if audit is None or audit.holds:
+        return False
+    return (audit.shortfall_pct > 0) == passed
+
+
+def _probe_counts(
+    probes: Sequence[ProbeRecord], slo: SloSpec
+) -> tuple[dict[SloName, list[ProbeCounts]], dict[SloName, int]]:
+    """:func:`probe_counts`, and per bound how many verdicts :func:`short_of_steady` left out."""
     bounds = slo_bounds(slo)
     out: dict[SloName, list[ProbeCounts]] = {name: [] for name in bounds}
+    left_out: dict[SloName, int] = dict.fromkeys(bounds, 0)
     for p in probes:
         if p.client_bound or p.requests is None or p.window_requests == 0:
             continue
@@ -253,6 +291,9 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
                 if proved < stop.exceeding_needed:
                     continue  # stopped by the other bound: this one's verdict is unknown
                 passed = False
+            if short_of_steady(p, passed):
+                left_out[name] += 1
+                continue
             out[name].append(
                 ProbeCounts(
                     index=p.index,
@@ -263,7 +304,7 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
                     passed=passed,
                 )
             )
-    return out
+    return out, left_out
 
 
 def _logistic_mle(
@@ -457,10 +498,13 @@ def estimate_capacity(
 
     ``include_incomplete``: see :func:`fit_constraint` (the adaptive sweep's placement only).
     """
-    counts = probe_counts(probes, slo)
+    counts, left_out = _probe_counts(probes, slo)
     fits = {
-        name: fit_constraint(
-            name, counts[name], confidence=confidence, include_incomplete=include_incomplete
+        name: dataclasses.replace(
+            fit_constraint(
+                name, counts[name], confidence=confidence, include_incomplete=include_incomplete
+            ),
+            short_of_steady=left_out[name],
         )
         for name in counts
     }

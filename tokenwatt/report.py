@@ -239,6 +239,7 @@ def _capacity_fits(figures: ConfigFigures) -> list[CapacityFitSummary]:
                 probes_used=fit.probes_used,
                 lower_bound_rps=_round(fit.lower_bound_rps, 3),
                 upper_bound_rps=_round(fit.upper_bound_rps, 3),
+                short_of_steady=fit.short_of_steady,
             )
         )
     return out
@@ -528,13 +529,19 @@ def steady_state_note(run: RunFile) -> str | None:
             f"{-worst.shortfall_pct:.0f} % more requests than a steady state holds were still in"
             " the system, carried over from a faster probe"
         )
-        effect = "latencies read high and the capacity low"
+        effect = (
+            "latencies read high and the confirmed rate may be too low (the SLO capacity"
+            " estimate does not count such a window's fail)"
+        )
     else:
         state = (
             f"{worst.shortfall_pct:.0f} % of the requests a steady state holds were not yet in"
             " the system"
         )
-        effect = "latencies read low and the capacity high"
+        effect = (
+            "latencies read low and the confirmed rate may be too high (the SLO capacity"
+            " estimate does not count such a window's pass)"
+        )
     return (
         f"Run '{run.label}': its windows opened before the load was in steady state (warm-up"
         f" {worst.warmup_s:g} s; {state}, some stay {worst.longest_time_in_system_s:,.0f} s):"

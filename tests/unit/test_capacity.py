@@ -168,6 +168,71 @@ def test_estimate_takes_the_lower_bound_as_binding():
     assert est.bracket_rps == (11.0, 12.0)
 
 
+def _steady(shortfall_pct: float):
+    """Probe audits whose steady-state audit found ``shortfall_pct`` (1 % is the limit)."""
+    from tokenwatt.schema.run import ProbeAudits, SteadyStateAudit
+
+    audit = SteadyStateAudit(
+        requests=100,
+        mean_time_in_system_s=20.0,
+        longest_time_in_system_s=600.0,
+        warmup_s=45.0,
+        shortfall_pct=shortfall_pct,
+        window_shortfall_pct=shortfall_pct / 2,
+        steady_warmup_s=300.0,
+        holds=abs(shortfall_pct) <= 1.0,
+    )
+    return ProbeAudits(steady_state=audit)
+
+
+def test_a_pass_short_of_steady_state_and_a_fail_over_it_are_not_counted():
+    # 1,000 requests a probe. The pass at 12 req/s (none over) opened 8 % short of steady state:
+    # left out. The fail at 10 (50 over) opened 5 % short: counted (more load only adds to a
+    # fail). Two probes are too few for the fit, so the capacity is the bracket's geometric
+    # middle: sqrt(9 x 10) = 9.487. Counted as before, the short pass would make the "bracket"
+    # 10 (fail) to 12 (pass) and the capacity sqrt(10 x 12) = 10.954, above a measured fail.
+    rows = ((9.0, 0, 0.5), (10.0, 50, 5.0), (12.0, 0, 8.0))  # rate, over the bound, shortfall %
+    probes = [
+        probe_with(
+            i,
+            rate,
+            table([45.0] * over + [30.0] * (1000 - over)),
+            passed=over <= 10,
+            audits=_steady(short),
+        )
+        for i, (rate, over, short) in enumerate(rows)
+    ]
+    tpot = probe_counts(probes, SLO)["tpot"]
+    assert [(c.rate_rps, c.passed) for c in tpot] == [(9.0, True), (10.0, False)]
+    est = estimate_capacity(probes, SLO)
+    fit = est.fits["tpot"]
+    assert (fit.method, fit.lower_bound_rps, fit.upper_bound_rps) == ("bracket", 9.0, 10.0)
+    assert fit.short_of_steady == 1
+    assert est.capacity_rps == pytest.approx(math.sqrt(90.0))
+    # TTFT never fails here: its passes at 10 and 12 opened short of steady state.
+    assert est.fits["ttft"].short_of_steady == 2
+    plain = [p.model_copy(update={"audits": None}) for p in probes]  # an old run file
+    before = estimate_capacity(plain, SLO)
+    assert before.fits["tpot"].short_of_steady == 0
+    assert before.capacity_rps == pytest.approx(math.sqrt(120.0))
+    # A fail of a window that opened 3 % over steady state (a ramp from a faster probe) is left
+    # out; its pass would count.
+    over = probe_with(3, 8.5, table([45.0] * 30 + [30.0] * 970), passed=False, audits=_steady(-3.0))
+    assert capacity.short_of_steady(over, passed=False)
+    assert not capacity.short_of_steady(over, passed=True)
+    assert probe_counts([over], SLO)["tpot"] == []
+
+
+def test_no_pass_in_steady_state_is_a_bound_with_its_reason():
+    probes = [
+        probe_with(0, 8.0, table([30.0] * 1000), passed=True, audits=_steady(9.0)),
+        probe_with(1, 10.0, table([45.0] * 40 + [30.0] * 960), passed=False, audits=_steady(4.0)),
+    ]
+    fit = estimate_capacity(probes, SLO).fits["tpot"]
+    assert (fit.method, fit.capacity_rps, fit.upper_bound_rps) == ("below_all", None, 10.0)
+    assert fit.short_of_steady == 1
+
+
 def test_relative_capacity_by_hand():
     # ln(p99 / S) = alpha_k + 0.5 ln r, config B's curve 10 % further right in rate:
     # alpha_B = alpha_A - 0.5 ln 1.1, so ln(c_B / c_A) = (alpha_A - alpha_B) / 0.5 = ln 1.1.

@@ -319,3 +319,26 @@ def test_the_calibration_row_shows_only_when_a_config_was_calibrated(seed_path):
     row = next(line for line in text.splitlines() if "calibrated before the run" in line)
     assert "ceiling 80 req/s, 8,000 events/s" in row
     assert "not calibrated" in row  # the other configs
+
+
+# -- capacity with no estimate ---------------------------------------------------------------------
+
+
+def test_a_capacity_with_no_steady_pass_says_why(seed_path):
+    from tests.result_factories import capacity_mode_data
+
+    data = capacity_mode_data(seed_path)
+    config = data["configs"][0]
+    config.update({"slo_capacity_rps": None, "slo_capacity_ci_rps": None})
+    config["capacity_fits"] = [
+        {"slo": "ttft", "method": "above_all", "lower_bound_rps": 19.53},
+        {"slo": "tpot", "method": "below_all", "upper_bound_rps": 16.2, "short_of_steady": 3},
+    ]
+    view = view_of(data)
+    (first,) = [c for c in view.configs if c.config.key == config["key"]]
+    assert first.capacity_bound == (
+        "under 16.20 req/s (no probe met the SLO in steady state; 3 left out, short of or over it)"
+    )
+    config["capacity_fits"][1]["short_of_steady"] = 0
+    (again,) = [c for c in view_of(data).configs if c.config.key == config["key"]]
+    assert again.capacity_bound == "under 16.20 req/s (no probe met the SLO)"

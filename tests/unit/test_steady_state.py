@@ -113,4 +113,4 @@ def test_the_page_says_when_a_carried_over_load_was_above_the_steady_state():
     assert note is not None
     # scale 1 - 80/40 = -1: (5 + 15 + 25) / 3 / 20 = 75 % over
     assert "75 % more requests than a steady state holds" in note
-    assert "latencies read high and the capacity low" in note
+    assert "latencies read high and the confirmed rate may be too low" in note

@@ -139,7 +139,13 @@ def _capacity_bound(config: ConfigResult) -> str | None:
     highs = [f.upper_bound_rps for f in config.capacity_fits if f.method == "below_all"]
     if any(h is not None for h in highs):
         high = min(h for h in highs if h is not None)
-        return f"under {fmt_number(high, 'req/s', digits=2)} (no probe met the SLO)"
+        short = sum(f.short_of_steady for f in config.capacity_fits if f.method == "below_all")
+        why = (
+            f"no probe met the SLO in steady state; {short} left out, short of or over it"
+            if short
+            else "no probe met the SLO"
+        )
+        return f"under {fmt_number(high, 'req/s', digits=2)} ({why})"
     known = [v for v in lows if v is not None]
     if known:
         return f"at least {fmt_number(min(known), 'req/s', digits=2)} (no probe exceeded the SLO)"

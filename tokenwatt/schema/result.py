@@ -376,6 +376,11 @@ class CapacityFitSummary(StrictModel):
     probes_used: Annotated[int, Field(ge=0)] = 0
     lower_bound_rps: NonNeg | None = None
     upper_bound_rps: NonNeg | None = None
+    short_of_steady: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="Probes whose verdict on this bound was left out: a pass of a window that"
+        " opened short of steady state, or a fail of one that opened over it",
+    )
 
 
 class ConfigTelemetry(StrictModel):
