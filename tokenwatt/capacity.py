@@ -44,16 +44,17 @@ Probes used: every probe that is not client-bound (the harness, not the server, 
 has window requests. A probe stopped early (it had provably failed) is used for the bracket
 only: its counts stop exactly when they reach the proof, which would bias the fit.
 
-**Probes short of steady state.** A window that opened before the load in the system had built
-up to the rate's steady state (the steady-state audit, :mod:`tokenwatt.audits`: more than
-``STEADY_STATE_SHORTFALL_PCT`` % of it missing) saw less load than the rate brings, so its
-latencies read low: its *pass* says nothing about the steady state and is not counted, for the
-fit or the bracket. Its fail is counted (more load would only have added to it). Symmetrically,
-a ramped window that opened over the steady state (carried over from a faster probe) has its
-fail left out and its pass counted. On the seed's full workload (outputs up to 18,589 tokens,
-in the system up to 15 minutes) the short search windows from idle pass well above the
-capacity; counting their passes read it about 12 % high (``benchmarks/README.md``). Each fit
-says how many probes it left out this way (``short_of_steady``).
+**Probes short of steady state.** A window whose load had not built up to the rate's steady
+state (the steady-state audit, :mod:`tokenwatt.audits`: more than ``STEADY_STATE_SHORTFALL_PCT``
+% of it missing, averaged over the window, which is what sets the window's counts) saw less
+load than the rate brings, so its latencies read low: its *pass* says nothing about the steady
+state and is not counted, for the fit or the bracket. Its fail is counted (more load would only
+have added to it). Symmetrically, a ramped window that held more than the steady state
+(carried over from a faster probe) has its fail left out and its pass counted. On the seed's
+full workload (outputs up to 18,589 tokens, in the system up to 15 minutes) short search windows
+from idle pass well above the capacity, and counting their passes read it about 10 % high
+(``benchmarks/README.md``). Each fit says how many probes it left out this way
+(``short_of_steady``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from typing import Literal
 
 import numpy as np
 
+from tokenwatt.audits import STEADY_STATE_SHORTFALL_PCT
 from tokenwatt.metrics import TableColumn, table_column
 from tokenwatt.schema.run import ProbeRecord, RequestTable
 from tokenwatt.schema.spec import SloSpec
@@ -169,8 +171,8 @@ class ConstraintFit:
     """Lowest rate above it at which it was not."""
     probes_used: int = 0
     short_of_steady: int = 0
-    """Probes whose verdict on this bound was left out: a pass of a window that opened short of
-    steady state, or a fail of one that opened over it (module docstring)."""
+    """Probes whose verdict on this bound was left out: a pass of a window whose load ran short
+    of steady state, or a fail of one whose load ran over it (module docstring)."""
     dispersion: float | None = None
     """phi: how much more the counts vary than independent requests would."""
     dof: int | None = None
@@ -244,8 +246,8 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
 
     A probe stopped early on a fail counts as failing only the bound that proved it (the other
     bound's verdict is unknown: its cut requests say nothing about it), and its counts leave the
-    cut requests out. A pass of a window that opened short of steady state, and a fail of one
-    that opened over it, are left out (:func:`short_of_steady`).
+    cut requests out. A pass of a window whose load ran short of steady state, and a fail of one
+    whose load ran over it, are left out (:func:`short_of_steady`).
     """
     return _probe_counts(probes, slo)[0]
 
@@ -253,14 +255,15 @@ def probe_counts(probes: Sequence[ProbeRecord], slo: SloSpec) -> dict[SloName, l
 def short_of_steady(probe: ProbeRecord, passed: bool) -> bool:
     """Whether a probe's verdict on a bound says nothing about the steady state (pure).
 
-    A pass, when its window opened short of the steady-state load by more than the audit's limit
-    (its latencies read low); a fail, when it opened over it (a ramp from a faster probe: they
-    read high). A probe without the audit (an old run file) is taken as steady.
+    A pass, when the load in the system fell short of the steady state by more than the audit's
+    limit averaged over its window (its latencies read low); a fail, when it was over it by as
+    much (a ramp from a faster probe: they read high). A probe without the audit (an old run
+    file) is taken as steady.
     """
     audit = probe.audits.steady_state if probe.audits is not None else None
-    if audit is None or audit.holds:
+    if audit is None or abs(audit.window_shortfall_pct) <= STEADY_STATE_SHORTFALL_PCT:
         return False
-    return (audit.shortfall_pct > 0) == passed
+    return (audit.window_shortfall_pct > 0) == passed
 
 
 def _probe_counts(

@@ -531,7 +531,7 @@ def steady_state_note(run: RunFile) -> str | None:
         )
         effect = (
             "latencies read high and the confirmed rate may be too low (the SLO capacity"
-            " estimate does not count such a window's fail)"
+            " estimate does not count the fail of a window whose load ran over it on average)"
         )
     else:
         state = (
@@ -540,7 +540,7 @@ def steady_state_note(run: RunFile) -> str | None:
         )
         effect = (
             "latencies read low and the confirmed rate may be too high (the SLO capacity"
-            " estimate does not count such a window's pass)"
+            " estimate does not count the pass of a window whose load ran short of it on average)"
         )
     return (
         f"Run '{run.label}': its windows opened before the load was in steady state (warm-up"

@@ -378,8 +378,9 @@ class CapacityFitSummary(StrictModel):
     upper_bound_rps: NonNeg | None = None
     short_of_steady: Annotated[int, Field(ge=0)] = Field(
         default=0,
-        description="Probes whose verdict on this bound was left out: a pass of a window that"
-        " opened short of steady state, or a fail of one that opened over it",
+        description="Probes whose verdict on this bound was left out: a pass of a window whose"
+        " load ran short of steady state, or a fail of one whose load ran over it (averaged over"
+        " the window, beyond the steady-state audit's limit)",
     )
 
 
