@@ -5,8 +5,9 @@ engine, probe protocol, record, capacity and verdict code of a real measurement,
 each with its own workload seed. Three measurements, each printing a Markdown row for
 benchmarks/README.md:
 
-``accuracy``  N trials of ``--spec``: median |capacity - truth| / truth, the share of 95 %
-              intervals holding the truth, unbounded intervals, median probe-seconds.
+``accuracy``  N trials of ``--spec``: median |capacity - truth| / truth (over the trials with an
+              estimate; ``no_estimate`` counts the others), the share of 95 % intervals holding
+              the truth, unbounded intervals, median probe-seconds.
 ``compare``   N paired trials of ``--spec`` (baseline) and ``--spec-b`` (candidate) with the same
               seeds (common random numbers, as a real comparison has): how often the verdict
               says better / worse / no difference / inconclusive, how often its interval holds
@@ -16,6 +17,9 @@ benchmarks/README.md:
 ``warmup``    the share of requests over the binding bound at one rate after each warm-up in
               ``--warmups``, pooled over ``--trials`` seeds: whether the spec's warm-up reaches
               steady state.
+``seeds``     each of ``--trials`` truth seeds bisected alone (the truth's judge, one seed, to
+              0.5 %, from ``--bracket``): how far apart the seeds' own boundaries lie, and the
+              central 95 % of the medians of any 5 of them (how well the truth is known).
 
 The truth (``tokenwatt.plan.true_capacity``: bisection, 1,200 s windows, median p99 of 5 seeds)
 is computed once per spec and cached.
@@ -34,6 +38,7 @@ is computed once per spec and cached.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -46,11 +51,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tokenwatt.plan import (  # noqa: E402
+    TRUTH_SEED_BASE,
+    TRUTH_SEEDS,
     PlanTrial,
     engine_config,
     run_trial,
     trial_verdict,
     true_capacity,
+    truth_window_p99s,
     with_seed,
     with_spec,
 )
@@ -167,6 +175,7 @@ def accuracy(args: argparse.Namespace) -> dict[str, object]:
         "quick": args.quick,
         "trials": len(trials),
         "truth_rps": truth,
+        "no_estimate": sum(1 for t in trials if t.estimate.capacity_rps is None),
         "median_abs_error_pct": statistics.median(errors) if errors else None,
         "mean_error_pct": statistics.fmean(signed) if signed else None,
         "sd_error_pct": statistics.stdev(signed) if len(signed) > 1 else None,
@@ -319,9 +328,60 @@ def warmup(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def seed_boundaries(args: argparse.Namespace) -> dict[str, object]:
+    """Each truth seed's own boundary, and how far a median of TRUTH_SEEDS of them moves.
+
+    The truth judges a rate by the median over its seeds of one window's p99s; where each seed's
+    p99 rises with the rate (common random numbers), that is the median of the seeds' own
+    boundaries, so their spread says how well the truth itself is known.
+    """
+    loaded = load_spec(Path(args.spec))
+    spec = loaded.spec
+    config = engine_config(loaded)
+    lo0, hi0 = (float(v) for v in args.bracket.split(","))
+
+    def passes(seed: int, rate: float) -> bool:
+        first, per_token = truth_window_p99s(loaded, config, rate_rps=rate, seed=seed)
+        return first <= spec.slo.first_token_p99_ms and per_token <= spec.slo.tpot_p99_ms
+
+    boundaries = []
+    for s in range(args.trials):
+        seed = TRUTH_SEED_BASE + s
+        lo, hi = lo0, hi0
+        while not passes(seed, lo):
+            hi, lo = lo, lo / 1.15
+        while passes(seed, hi):
+            lo, hi = hi, hi * 1.15
+        while hi / lo - 1.0 > 0.005:
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if passes(seed, mid) else (lo, mid)
+        boundaries.append(math.sqrt(lo * hi))
+        print(f"  seed {seed}: {boundaries[-1]:.3f} req/s", file=sys.stderr, flush=True)
+    # Every median of TRUTH_SEEDS distinct seeds among those measured (the truth's own recipe).
+    medians = (
+        sorted(statistics.median(c) for c in itertools.combinations(boundaries, TRUTH_SEEDS))
+        if len(boundaries) >= TRUTH_SEEDS
+        else []
+    )
+    return {
+        "mode": "seeds",
+        "spec": args.spec,
+        "boundaries_rps": [round(b, 4) for b in boundaries],
+        "median_rps": statistics.median(boundaries),
+        "min_rps": min(boundaries),
+        "max_rps": max(boundaries),
+        "median_of_5_range_rps": [
+            medians[len(medians) * 25 // 1000],
+            medians[-1 - len(medians) * 25 // 1000],
+        ]
+        if medians
+        else None,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["accuracy", "compare", "self", "warmup"])
+    ap.add_argument("mode", choices=["accuracy", "compare", "self", "warmup", "seeds"])
     ap.add_argument("--spec", required=True)
     ap.add_argument("--spec-b", help="compare: the candidate's spec (default: --spec)")
     ap.add_argument("--sim-b", help="compare: engine.sim changes for the candidate, k=v,...")
@@ -352,6 +412,9 @@ def main() -> None:
     )
     ap.add_argument("--rate", type=float, default=11.0, help="warmup: the rate, req/s")
     ap.add_argument("--warmups", default="10,30,60,120", help="warmup: warm-ups to compare, s")
+    ap.add_argument(
+        "--bracket", default="7.5,11.5", help="seeds: where each seed's bisection starts, req/s"
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     runner = {
@@ -359,6 +422,7 @@ def main() -> None:
         "compare": compare,
         "self": self_compare,
         "warmup": warmup,
+        "seeds": seed_boundaries,
     }[args.mode]
     result = runner(args)
     result["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -66,6 +66,7 @@ from tokenwatt.sweep import ProbePlan, SweepResult, make_strategy, ramped
 
 __all__ = [
     "PAIRED_CANDIDATE_BANDWIDTH",
+    "TRUTH_SEED_BASE",
     "PlanSummary",
     "PlanTrial",
     "TruthResult",
@@ -74,6 +75,7 @@ __all__ = [
     "run_trial",
     "trial_verdict",
     "true_capacity",
+    "truth_window_p99s",
     "with_seed",
     "with_spec",
 ]
@@ -86,7 +88,8 @@ TRUTH_WINDOW_S = 1200.0
 TRUTH_WARMUP_S = 60.0
 TRUTH_SEEDS = 5
 TRUTH_TOLERANCE = 0.002
-_TRUTH_SEED_BASE = 7000
+TRUTH_SEED_BASE = 7000
+"""The truth's workload seeds are TRUTH_SEED_BASE, TRUTH_SEED_BASE + 1, ...: none a trial uses."""
 _TRUTH_VERSION = 2  # 2: the simulated engine has a prefix cache
 
 
@@ -233,6 +236,32 @@ def _truth_key(
     return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def truth_window_p99s(
+    loaded: LoadedSpec,
+    config: EngineConfig,
+    *,
+    rate_rps: float,
+    seed: int,
+    window_s: float = TRUTH_WINDOW_S,
+    warmup_s: float = TRUTH_WARMUP_S,
+) -> tuple[float, float]:
+    """(p99 first-token time, p99 TPOT), ms, of one truth window with workload seed ``seed``.
+
+    What :func:`true_capacity` judges each rate by, one seed at a time (+inf: no value, e.g.
+    every request failed). Seeds from :data:`TRUTH_SEED_BASE` are the truth's own.
+    """
+    spec = loaded.spec
+    server = _server(with_seed(loaded, seed), config, float(spec.measurement.request_timeout_s))
+    record = server.probe(
+        ProbePlan(phase="search", rate_rps=rate_rps, warmup_s=warmup_s, window_s=window_s),
+        index=0,
+        slo=spec.slo,
+    ).record
+    first = record.first_token_ms(spec.slo.first_token).p99
+    tpot = record.tpot_ms.p99
+    return (math.inf if first is None else first, math.inf if tpot is None else tpot)
+
+
 def true_capacity(
     loaded: LoadedSpec,
     config: EngineConfig,
@@ -264,16 +293,16 @@ def true_capacity(
         ttft: list[float] = []
         tpot: list[float] = []
         for s in range(seeds):
-            seeded = with_seed(loaded, _TRUTH_SEED_BASE + s)
-            server = _server(seeded, config, float(spec.measurement.request_timeout_s))
-            record = server.probe(
-                ProbePlan(phase="search", rate_rps=rate, warmup_s=warmup_s, window_s=window_s),
-                index=0,
-                slo=spec.slo,
-            ).record
-            first = record.first_token_ms(spec.slo.first_token).p99
-            ttft.append(math.inf if first is None else first)
-            tpot.append(math.inf if record.tpot_ms.p99 is None else record.tpot_ms.p99)
+            first, per_token = truth_window_p99s(
+                loaded,
+                config,
+                rate_rps=rate,
+                seed=TRUTH_SEED_BASE + s,
+                window_s=window_s,
+                warmup_s=warmup_s,
+            )
+            ttft.append(first)
+            tpot.append(per_token)
         step = TruthStep(
             rate_rps=rate,
             ttft_p99_ms=statistics.median(ttft),
