@@ -27,7 +27,10 @@ there. Three phases:
    at should pass. Confirmation windows feed the estimate too.
 
 Every probe is kept, and the capacity of the run is estimated from all of them afterwards, so
-the strategy only decides where to look; it never decides what the answer is.
+the strategy only decides where to look; it never decides what the answer is. To decide where to
+look it counts every verdict, those of windows short of steady state too (which the reported
+estimate leaves out, :mod:`tokenwatt.capacity`): near the boundary they still say roughly where
+it is, and leaving them out here made the quick demo's comparisons less often decisive.
 
 **Stream pairs** (``sweep.stream_pairs``, on by default where the workload allows it). Refinement
 probes come in pairs: pair m sends workload stream :data:`PAIR_STREAM_BASE` + m, first a step
@@ -244,7 +247,7 @@ class AdaptiveSweep:
     def _start_refine(self) -> None:
         st = self._state
         st.phase = "refine"
-        self.estimate = estimate_capacity(self._probes, self._slo)
+        self.estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
         # The first full window goes to the highest rate a search probe passed at: short windows
         # pass more often than long ones near the boundary (tails come in episodes a short window
         # may miss), so the boundary is at or below it more often than above.
@@ -254,7 +257,7 @@ class AdaptiveSweep:
     def _after_refine(self) -> None:
         st = self._state
         st.refines += 1
-        estimate = estimate_capacity(self._probes, self._slo)
+        estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
         self.estimate = estimate
         precise = (
             estimate.half_width_pct is not None
@@ -279,7 +282,9 @@ class AdaptiveSweep:
         else:
             # Too few full windows for a fit yet: fit the early-stopped search probes too (their
             # counts are biased by the stop, which only costs efficiency here).
-            rough = estimate_capacity(self._probes, self._slo, include_incomplete=True)
+            rough = estimate_capacity(
+                self._probes, self._slo, include_incomplete=True, steady_only=False
+            )
             guess = rough.capacity_rps if rough.capacity_rps is not None else math.sqrt(low * high)
         return min(max(guess, low / 2.0), high * 2.0)
 
@@ -330,7 +335,7 @@ class AdaptiveSweep:
 
     def _finish_without_rate(self) -> None:
         self._state.done = True
-        self.estimate = estimate_capacity(self._probes, self._slo)
+        self.estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
 
     def _after_confirm(self, index: int, passed: bool) -> None:
         st = self._state
@@ -354,4 +359,4 @@ class AdaptiveSweep:
 
     def _finish(self) -> None:
         self._state.done = True
-        self.estimate = estimate_capacity(self._probes, self._slo)
+        self.estimate = estimate_capacity(self._probes, self._slo, steady_only=False)

@@ -267,7 +267,7 @@ def short_of_steady(probe: ProbeRecord, passed: bool) -> bool:
 
 
 def _probe_counts(
-    probes: Sequence[ProbeRecord], slo: SloSpec
+    probes: Sequence[ProbeRecord], slo: SloSpec, *, steady_only: bool = True
 ) -> tuple[dict[SloName, list[ProbeCounts]], dict[SloName, int]]:
     """:func:`probe_counts`, and per bound how many verdicts :func:`short_of_steady` left out."""
     bounds = slo_bounds(slo)
@@ -294,7 +294,7 @@ def _probe_counts(
                 if proved < stop.exceeding_needed:
                     continue  # stopped by the other bound: this one's verdict is unknown
                 passed = False
-            if short_of_steady(p, passed):
+            if steady_only and short_of_steady(p, passed):
                 left_out[name] += 1
                 continue
             out[name].append(
@@ -496,12 +496,15 @@ def estimate_capacity(
     *,
     confidence: float = CONFIDENCE,
     include_incomplete: bool = False,
+    steady_only: bool = True,
 ) -> CapacityEstimate:
     """The SLO capacity of a run from all its probes (see the module docstring).
 
     ``include_incomplete``: see :func:`fit_constraint` (the adaptive sweep's placement only).
+    ``steady_only=False`` counts the verdicts of windows short of (or over) steady state too:
+    biased, so only for deciding where to probe next, never for a reported figure.
     """
-    counts, left_out = _probe_counts(probes, slo)
+    counts, left_out = _probe_counts(probes, slo, steady_only=steady_only)
     fits = {
         name: dataclasses.replace(
             fit_constraint(

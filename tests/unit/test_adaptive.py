@@ -189,3 +189,32 @@ def test_stream_pairs_let_the_verdict_see_the_demo_change():
     assert plain.change_pct is not None
     assert paired.change_pct is not None
     assert abs(paired.change_pct - 11.9) < abs(plain.change_pct - 11.9)
+
+
+def test_placement_counts_windows_short_of_steady_state_the_reported_estimate_does_not():
+    from tests.unit.test_capacity import _steady
+    from tokenwatt.capacity import estimate_capacity
+
+    slo = SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    m = MeasurementSpec(warmup_s=10, window_s=60, search_window_s=20)
+
+    def drive(audited: bool) -> list[ProbeRecord]:
+        sweep = AdaptiveSweep(SweepSpec(strategy="adaptive", start_rps=6.0, budget_s=900), m, slo)
+        probes: list[ProbeRecord] = []
+        while (plan := sweep.next()) is not None:
+            probe = _synthetic_probe(len(probes), plan)
+            if audited:  # every window ran 5 % short of steady state
+                probe = probe.model_copy(update={"audits": _steady(5.0)})
+            probes.append(probe)
+            sweep.observe(probe, plan.warmup_s + plan.window_s)
+        return probes
+
+    plain, short = drive(False), drive(True)
+    # Where to look: the same probes, audited or not (the strategy counts every verdict).
+    assert [(p.phase, p.rate_rps) for p in short] == [(p.phase, p.rate_rps) for p in plain]
+    # What is reported: every pass of a window short of steady state is left out.
+    passes = sum(1 for p in short if p.slo_pass)
+    assert passes > 0
+    reported = estimate_capacity(short, slo)
+    assert reported.fits["tpot"].short_of_steady == passes
+    assert estimate_capacity(plain, slo).fits["tpot"].short_of_steady == 0
