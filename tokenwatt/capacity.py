@@ -54,7 +54,10 @@ have added to it). Symmetrically, a ramped window that held more than the steady
 full workload (outputs up to 18,589 tokens, in the system up to 15 minutes) short search windows
 from idle pass well above the capacity, and counting their passes read it about 10 % high
 (``benchmarks/README.md``). Each fit says how many probes it left out this way
-(``short_of_steady``).
+(``short_of_steady``); a run whose every pass was left out has no capacity, and its page says
+the capacity is unknown (the lowest rate that failed is one window's verdict, no bound). The
+adaptive sweep still counts every verdict to decide where to probe next
+(:mod:`tokenwatt.adaptive`).
 """
 
 from __future__ import annotations

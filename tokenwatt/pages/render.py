@@ -140,12 +140,14 @@ def _capacity_bound(config: ConfigResult) -> str | None:
     if any(h is not None for h in highs):
         high = min(h for h in highs if h is not None)
         short = sum(f.short_of_steady for f in config.capacity_fits if f.method == "below_all")
-        why = (
-            f"no probe met the SLO in steady state; {short} left out, short of or over it"
-            if short
-            else "no probe met the SLO"
-        )
-        return f"under {fmt_number(high, 'req/s', digits=2)} ({why})"
+        if short:
+            # Passes were measured, in windows the audit found short of steady state: no bound
+            # on the capacity follows from the one window that failed.
+            return (
+                f"unknown: no probe met the SLO in steady state ({short} left out, short of or"
+                f" over it); the lowest failing rate was {fmt_number(high, 'req/s', digits=2)}"
+            )
+        return f"under {fmt_number(high, 'req/s', digits=2)} (no probe met the SLO)"
     known = [v for v in lows if v is not None]
     if known:
         return f"at least {fmt_number(min(known), 'req/s', digits=2)} (no probe exceeded the SLO)"
