@@ -50,6 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tokenwatt.metrics import TableColumn  # noqa: E402
 from tokenwatt.plan import (  # noqa: E402
     TRUTH_SEED_BASE,
     TRUTH_SEEDS,
@@ -283,7 +284,10 @@ def warmup(args: argparse.Namespace) -> dict[str, object]:
     spec = loaded.spec
     config = engine_config(loaded)
     shares: dict[str, dict[str, float]] = {}
-    bounds = {"ttft_ms": spec.slo.ttft_p99_ms, "tpot_ms": spec.slo.tpot_p99_ms}
+    bounds: dict[TableColumn, float] = {
+        "ttft_ms": spec.slo.ttft_p99_ms,
+        "tpot_ms": spec.slo.tpot_p99_ms,
+    }
     for warm in (float(w) for w in args.warmups.split(",")):
         over = dict.fromkeys(bounds, 0)
         counted = dict.fromkeys(bounds, 0)
