@@ -17,9 +17,10 @@ benchmarks/README.md:
 ``warmup``    the share of requests over the binding bound at one rate after each warm-up in
               ``--warmups``, pooled over ``--trials`` seeds: whether the spec's warm-up reaches
               steady state.
-``seeds``     each of ``--trials`` truth seeds bisected alone (the truth's judge, one seed, to
-              0.5 %, from ``--bracket``): how far apart the seeds' own boundaries lie, and the
-              central 95 % of the medians of any 5 of them (how well the truth is known).
+``seeds``     each of ``--trials`` truth seeds bisected alone (``true_capacity`` with one seed,
+              to 0.5 %, from ``--bracket``; cached): how far apart the seeds' own boundaries
+              lie, and the central 95 % of the medians of any 5 of them (how well the truth is
+              known).
 
 The truth (``tokenwatt.plan.true_capacity``: bisection, 1,200 s windows, median p99 of 5 seeds)
 is computed once per spec and cached.
@@ -59,7 +60,6 @@ from tokenwatt.plan import (  # noqa: E402
     run_trial,
     trial_verdict,
     true_capacity,
-    truth_window_p99s,
     with_seed,
     with_spec,
 )
@@ -340,26 +340,15 @@ def seed_boundaries(args: argparse.Namespace) -> dict[str, object]:
     boundaries, so their spread says how well the truth itself is known.
     """
     loaded = load_spec(Path(args.spec))
-    spec = loaded.spec
     config = engine_config(loaded)
-    lo0, hi0 = (float(v) for v in args.bracket.split(","))
-
-    def passes(seed: int, rate: float) -> bool:
-        first, per_token = truth_window_p99s(loaded, config, rate_rps=rate, seed=seed)
-        return first <= spec.slo.first_token_p99_ms and per_token <= spec.slo.tpot_p99_ms
-
+    lo, hi = (float(v) for v in args.bracket.split(","))
     boundaries = []
     for s in range(args.trials):
         seed = TRUTH_SEED_BASE + s
-        lo, hi = lo0, hi0
-        while not passes(seed, lo):
-            hi, lo = lo, lo / 1.15
-        while passes(seed, hi):
-            lo, hi = hi, hi * 1.15
-        while hi / lo - 1.0 > 0.005:
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if passes(seed, mid) else (lo, mid)
-        boundaries.append(math.sqrt(lo * hi))
+        truth = true_capacity(
+            loaded, config, bracket_rps=(lo, hi), seeds=1, first_seed=seed, tolerance=0.005
+        )
+        boundaries.append(truth.true_capacity_rps)
         print(f"  seed {seed}: {boundaries[-1]:.3f} req/s", file=sys.stderr, flush=True)
     # Every median of TRUTH_SEEDS distinct seeds among those measured (the truth's own recipe).
     medians = (

@@ -75,7 +75,6 @@ __all__ = [
     "run_trial",
     "trial_verdict",
     "true_capacity",
-    "truth_window_p99s",
     "with_seed",
     "with_spec",
 ]
@@ -218,7 +217,12 @@ class TruthResult(StrictModel):
 
 
 def _truth_key(
-    spec: Spec, config: EngineConfig, window_s: float, warmup_s: float, seeds: int
+    spec: Spec,
+    config: EngineConfig,
+    window_s: float,
+    warmup_s: float,
+    seeds: int,
+    first_seed: int = TRUTH_SEED_BASE,
 ) -> str:
     decided_by = {
         "version": _TRUTH_VERSION,
@@ -233,10 +237,12 @@ def _truth_key(
         "warmup": warmup_s,
         "seeds": seeds,
     }
+    if first_seed != TRUTH_SEED_BASE:  # other seeds (the truth's own keep their old keys)
+        decided_by["first_seed"] = first_seed
     return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def truth_window_p99s(
+def _truth_window_p99s(
     loaded: LoadedSpec,
     config: EngineConfig,
     *,
@@ -248,7 +254,7 @@ def truth_window_p99s(
     """(p99 first-token time, p99 TPOT), ms, of one truth window with workload seed ``seed``.
 
     What :func:`true_capacity` judges each rate by, one seed at a time (+inf: no value, e.g.
-    every request failed). Seeds from :data:`TRUTH_SEED_BASE` are the truth's own.
+    every request failed).
     """
     spec = loaded.spec
     server = _server(with_seed(loaded, seed), config, float(spec.measurement.request_timeout_s))
@@ -270,6 +276,7 @@ def true_capacity(
     window_s: float = TRUTH_WINDOW_S,
     warmup_s: float = TRUTH_WARMUP_S,
     seeds: int = TRUTH_SEEDS,
+    first_seed: int = TRUTH_SEED_BASE,
     tolerance: float = TRUTH_TOLERANCE,
     cache: bool = True,
     progress: Callable[[TruthStep], None] | None = None,
@@ -277,10 +284,12 @@ def true_capacity(
     """The engine's steady-state SLO capacity by bisection (see the module docstring).
 
     ``bracket_rps`` is where to start; it is widened until its low end passes and its high end
-    fails.
+    fails. ``first_seed``: the workload seeds are ``first_seed`` to ``first_seed + seeds - 1``
+    (the truth's own from :data:`TRUTH_SEED_BASE`; one other seed at a time tells how far apart
+    the seeds' own boundaries lie).
     """
     spec = loaded.spec
-    key = _truth_key(spec, config, window_s, warmup_s, seeds)
+    key = _truth_key(spec, config, window_s, warmup_s, seeds, first_seed)
     path = store.cache_dir() / "truth" / f"{key}.json"
     if cache and path.is_file():
         try:
@@ -293,11 +302,11 @@ def true_capacity(
         ttft: list[float] = []
         tpot: list[float] = []
         for s in range(seeds):
-            first, per_token = truth_window_p99s(
+            first, per_token = _truth_window_p99s(
                 loaded,
                 config,
                 rate_rps=rate,
-                seed=TRUTH_SEED_BASE + s,
+                seed=first_seed + s,
                 window_s=window_s,
                 warmup_s=warmup_s,
             )
