@@ -244,10 +244,19 @@ class AdaptiveSweep:
         else:
             self._next_rate = min(rate * growth, max_rps)
 
+    def _placement_estimate(self, *, include_incomplete: bool = False) -> CapacityEstimate:
+        """The estimate the sweep places its probes by (never a reported figure).
+
+        Every verdict counts, those of windows short of steady state too (module docstring).
+        """
+        return estimate_capacity(
+            self._probes, self._slo, include_incomplete=include_incomplete, steady_only=False
+        )
+
     def _start_refine(self) -> None:
         st = self._state
         st.phase = "refine"
-        self.estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
+        self.estimate = self._placement_estimate()
         # The first full window goes to the highest rate a search probe passed at: short windows
         # pass more often than long ones near the boundary (tails come in episodes a short window
         # may miss), so the boundary is at or below it more often than above.
@@ -257,7 +266,7 @@ class AdaptiveSweep:
     def _after_refine(self) -> None:
         st = self._state
         st.refines += 1
-        estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
+        estimate = self._placement_estimate()
         self.estimate = estimate
         precise = (
             estimate.half_width_pct is not None
@@ -282,9 +291,7 @@ class AdaptiveSweep:
         else:
             # Too few full windows for a fit yet: fit the early-stopped search probes too (their
             # counts are biased by the stop, which only costs efficiency here).
-            rough = estimate_capacity(
-                self._probes, self._slo, include_incomplete=True, steady_only=False
-            )
+            rough = self._placement_estimate(include_incomplete=True)
             guess = rough.capacity_rps if rough.capacity_rps is not None else math.sqrt(low * high)
         return min(max(guess, low / 2.0), high * 2.0)
 
@@ -335,7 +342,7 @@ class AdaptiveSweep:
 
     def _finish_without_rate(self) -> None:
         self._state.done = True
-        self.estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
+        self.estimate = self._placement_estimate()
 
     def _after_confirm(self, index: int, passed: bool) -> None:
         st = self._state
@@ -359,4 +366,4 @@ class AdaptiveSweep:
 
     def _finish(self) -> None:
         self._state.done = True
-        self.estimate = estimate_capacity(self._probes, self._slo, steady_only=False)
+        self.estimate = self._placement_estimate()
