@@ -13,6 +13,7 @@ answers.
     .venv/bin/python benchmarks/vllm_capacity.py            # quick, ~3 min once vLLM is up
     .venv/bin/python benchmarks/vllm_capacity.py --full     # 300 probe-seconds, ~7 min
     .venv/bin/python benchmarks/vllm_capacity.py --full --budget 900
+    .venv/bin/python benchmarks/vllm_capacity.py --tpot-ms 100 --max-concurrency 1024  # TTFT binds
 """
 
 from __future__ import annotations
@@ -36,13 +37,22 @@ SPEC = REPO / "tests" / "data" / "vllm-tiny.spec.yaml"
 TOKENWATT = Path(sys.executable).with_name("tokenwatt")
 
 
-def write_spec(path: Path, base_url: str, budget_s: float) -> None:
+def write_spec(
+    path: Path,
+    base_url: str,
+    budget_s: float,
+    ttft_ms: float = 200.0,
+    tpot_ms: float = 20.0,
+    max_concurrency: int = 64,
+) -> None:
     data = yaml.safe_load(SPEC.read_text())
     data["engine"]["endpoint"] = f"{base_url}/v1"
     data["accuracy"]["suite"] = str((SPEC.parent / data["accuracy"]["suite"]).resolve())
     data["workload"].update(input_tokens=64, output_tokens=32)
-    data["slo"] = {"ttft_p99_ms": 200, "tpot_p99_ms": 20}
-    data["measurement"].update(warmup_s=5, window_s=20, search_window_s=10)
+    data["slo"] = {"ttft_p99_ms": ttft_ms, "tpot_p99_ms": tpot_ms}
+    data["measurement"].update(
+        warmup_s=5, window_s=20, search_window_s=10, max_concurrency=max_concurrency
+    )
     data["sweep"] = {
         "strategy": "adaptive",
         "budget_s": budget_s,
@@ -84,6 +94,11 @@ def main() -> None:
     parser.add_argument(
         "--budget", type=float, default=300.0, help="sweep.budget_s (probe-seconds; --full)"
     )
+    parser.add_argument("--ttft-ms", type=float, default=200.0, help="slo.ttft_p99_ms")
+    parser.add_argument("--tpot-ms", type=float, default=20.0, help="slo.tpot_p99_ms")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=64, help="measurement.max_concurrency"
+    )
     parser.add_argument("--keep", type=Path, help="copy the run and result files here")
     parser.add_argument(
         "--show", type=Path, metavar="DIR", help="only print what --keep wrote to DIR"
@@ -102,7 +117,14 @@ def main() -> None:
         print(f"vLLM on CPU {sorted(server)}, tokenwatt on CPU {sorted(clients)}", flush=True)
         with tempfile.TemporaryDirectory(prefix="tw-vllm-cap-") as tmp:
             spec, run, result = Path(tmp, "spec.yaml"), Path(tmp, "run.json"), Path(tmp, "r.json")
-            write_spec(spec, vllm.base_url, args.budget)
+            write_spec(
+                spec,
+                vllm.base_url,
+                args.budget,
+                args.ttft_ms,
+                args.tpot_ms,
+                args.max_concurrency,
+            )
             argv = [str(TOKENWATT), "run", "--spec", str(spec), "--label", "vllm-cpu"]
             argv += ["--role", "baseline", "--out", str(run), "--no-accuracy"]
             if not args.full:
