@@ -43,7 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tokenwatt.capacity import TARGET_FRACTION, _logistic_mle, exceedance  # noqa: E402
+from tokenwatt.capacity import TARGET_FRACTION, _logistic_mle, exceedance, slo_bounds  # noqa: E402
 from tokenwatt.plan import (  # noqa: E402
     TRUTH_SEED_BASE,
     TRUTH_WARMUP_S,
@@ -52,10 +52,19 @@ from tokenwatt.plan import (  # noqa: E402
     engine_config,
     with_seed,
 )
+from tokenwatt.schema.spec import SloSpec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
 from tokenwatt.sweep import ProbePlan  # noqa: E402
 
-BOUNDS = {"ttft": "ttft_ms", "tpot": "tpot_ms"}
+BOUNDS = ("ttft", "tpot")
+"""The first-token bound (TTFT, or TTFAT when the SLO names it) and TPOT."""
+
+
+def _bounds(slo: SloSpec) -> dict[str, tuple[str, float]]:
+    """Per bound, the request-table column and the limit, ms, as the estimator counts them."""
+    limits = slo_bounds(slo)
+    first = next(limit for name, limit in limits.items() if name != "tpot")
+    return {"ttft": (slo.first_token_column, first), "tpot": ("tpot_ms", limits["tpot"])}
 
 
 def window(
@@ -72,11 +81,10 @@ def window(
         slo=spec.slo,
     ).record
     assert record.requests is not None
-    limits = {"ttft": spec.slo.first_token_p99_ms, "tpot": spec.slo.tpot_p99_ms}
     out: dict[str, object] = {"rate": rate, "seed": seed}
     p99 = {"ttft": record.first_token_ms(spec.slo.first_token).p99, "tpot": record.tpot_ms.p99}
-    for name, column in BOUNDS.items():
-        n, k = exceedance(record.requests, column, limits[name])  # type: ignore[arg-type]
+    for name, (column, limit) in _bounds(spec.slo).items():
+        n, k = exceedance(record.requests, column, limit)  # type: ignore[arg-type]
         out[name] = {"n": n, "k": k, "p99": math.inf if p99[name] is None else p99[name]}
     return out
 
@@ -140,7 +148,7 @@ def main() -> None:
     n = np.array([[w["n"] for w in row] for row in rows], dtype=float)
     p99 = np.array([[w["p99"] for w in row] for row in rows], dtype=float)
     loaded = load_spec(Path(args.spec))
-    bound_ms = loaded.spec.slo.tpot_p99_ms if args.bound == "tpot" else loaded.spec.slo.ttft_p99_ms
+    bound_ms = _bounds(loaded.spec.slo)[args.bound][1]
     print(f"\n{args.bound}: {args.seeds} windows of {args.window:g} s per rate")
     print("| req/s | over the bound, pooled | windows' share: median (min-max)", end="")
     print(" | median p99, 5 / all |")

@@ -27,7 +27,7 @@ design centred on the truth makes look good).
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import statistics
 import sys
 from collections import Counter
@@ -46,7 +46,7 @@ from tokenwatt.schema.spec import LoadedSpec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
 from tokenwatt.sweep import ProbePlan  # noqa: E402
 
-Outcome = tuple[float | None, tuple[float, float] | None, str, float, list[tuple[float, int, int]]]
+Outcome = tuple[float | None, tuple[float, float] | None, str, float, list[capacity.ProbeCounts]]
 
 
 def _loaded(args: argparse.Namespace) -> LoadedSpec:
@@ -114,7 +114,7 @@ def fixed_trial(job: tuple[argparse.Namespace, int]) -> Outcome:
         fit.ci_rps,
         fit.method,
         seconds,
-        [(c.rate_rps, c.exceeding, c.requests) for c in counts],
+        list(counts),
     )
 
 
@@ -171,15 +171,7 @@ def main() -> None:
         fitted = [o for o in outcomes if o[2] == "logistic"]
         print(_line("  logistic fits only", fitted, args.truth))
         pooled = [
-            capacity.ProbeCounts(
-                index=i,
-                rate_rps=rate,
-                requests=n,
-                exceeding=k,
-                complete=True,
-                passed=k <= n - max(1, math.ceil(round(0.99 * n, 9))),
-            )
-            for i, (rate, k, n) in enumerate(c for o in outcomes for c in o[4])
+            dataclasses.replace(c, index=i) for i, c in enumerate(c for o in outcomes for c in o[4])
         ]
         fit = capacity.fit_constraint(args.bound, pooled)
         print(f"  every trial's probes pooled: {fit.capacity_rps} req/s, 95 % {fit.ci_rps}")
