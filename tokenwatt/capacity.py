@@ -132,6 +132,7 @@ _MAX_STEP = 5.0
 _EXTRAPOLATION = 1.05
 """A crossing more than this factor outside the fitted probes' rates is not reported."""
 _LOGIT_TARGET = math.log(TARGET_FRACTION / (1.0 - TARGET_FRACTION))
+_LN_LARGEST = math.log(1e300)
 
 
 def pct_of_log_ratio(log_ratio: float) -> float:
@@ -373,6 +374,23 @@ def _fieller(a: float, b: float, cov: np.ndarray, t2: float) -> tuple[float, flo
     return (-qb - root) / (2.0 * qa), (-qb + root) / (2.0 * qa)
 
 
+def _rate_interval(
+    shift: float, interval: tuple[float, float] | None
+) -> tuple[float, float] | None:
+    """Fieller's interval in ln r (less ``shift``) as rates; None when it is unbounded.
+
+    A slope barely clearly positive gives a finite interval so wide that a rate at its end
+    rounds to 0 or to infinity (seen at 4,800 probe-seconds on the demo): that is no bound.
+    """
+    if interval is None:
+        return None
+    ln_low, ln_high = shift + interval[0], shift + interval[1]
+    if ln_high > _LN_LARGEST:
+        return None
+    low = math.exp(ln_low)  # 0.0 when it underflows
+    return (low, math.exp(ln_high)) if low > 0.0 else None
+
+
 def _bracket(counts: Sequence[ProbeCounts]) -> tuple[float | None, float | None]:
     passed = [c.rate_rps for c in counts if c.passed]
     low = max(passed) if passed else None
@@ -473,7 +491,7 @@ def _fit(
     grad = np.array([-1.0 / b, -centre / b])
     log_se = math.sqrt(max(0.0, float(phi * grad @ cov @ grad)))
     interval = _fieller(float(a), float(b), phi * cov, t * t)
-    ci = (math.exp(shift + interval[0]), math.exp(shift + interval[1])) if interval else None
+    ci = _rate_interval(shift, interval)
     capacity = math.exp(shift + centre)
     if not rates.min() / _EXTRAPOLATION <= capacity <= rates.max() * _EXTRAPOLATION:
         return None  # the crossing lies outside the probed rates: an extrapolation, not a fit

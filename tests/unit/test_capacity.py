@@ -466,3 +466,73 @@ def test_the_correlation_fit_stays_proper_with_streams_sent_twice():
     assert rel.log_se[1] > 1e-4
     ci = rel.ci_pct(1)
     assert ci is None or ci[1] - ci[0] > 1.0
+
+
+# One run's refinement probes (rate, requests, over the bound) from `tokenwatt plan` on the demo
+# scenario at 4,800 probe-seconds, workload seed 102: episodes make the counts so scattered that
+# the slope is barely clearly positive, and Fieller's lower end rounds to 0 req/s (with these
+# rates to four decimals, as in the run).
+_SCATTERED = [
+    (11.4385, 352, 6),
+    (11.5136, 349, 0),
+    (11.3297, 353, 2),
+    (11.2508, 373, 7),
+    (11.6593, 414, 60),
+    (11.6616, 351, 6),
+    (11.1564, 344, 3),
+    (11.1283, 327, 0),
+    (11.7930, 350, 5),
+    (11.8209, 347, 0),
+    (11.8675, 358, 22),
+    (11.8782, 360, 7),
+    (11.8964, 350, 1),
+    (11.9147, 341, 0),
+    (11.9226, 346, 11),
+    (11.9584, 372, 20),
+    (10.8957, 311, 6),
+    (12.0416, 336, 15),
+    (10.8432, 293, 2),
+    (10.8204, 337, 17),
+    (10.7880, 304, 0),
+    (10.7809, 317, 0),
+    (10.7643, 314, 0),
+    (10.7382, 320, 0),
+    (10.7029, 353, 0),
+    (10.6960, 314, 0),
+    (10.6707, 322, 1),
+    (12.3176, 352, 2),
+    (12.3740, 377, 2),
+    (12.3909, 334, 3),
+    (12.3981, 368, 3),
+    (12.4116, 363, 0),
+    (10.5519, 318, 2),
+    (10.5498, 364, 14),
+    (12.4143, 349, 1),
+    (12.5213, 385, 17),
+    (10.4180, 336, 0),
+    (10.3500, 328, 3),
+    (10.0947, 319, 0),
+    (10.0693, 294, 0),
+    (9.1968, 264, 0),
+    (9.1947, 259, 0),
+    (9.1847, 274, 0),
+    (9.1794, 244, 0),
+    (9.1669, 274, 0),
+    (9.1251, 249, 0),
+    (8.8535, 245, 1),
+]
+
+
+def test_an_interval_too_wide_to_write_as_rates_is_unbounded():
+    counts = [
+        ProbeCounts(i, rate, n, k, True, k <= n - math.ceil(0.99 * n))
+        for i, (rate, n, k) in enumerate(_SCATTERED)
+    ]
+    fit = fit_constraint("tpot", counts)
+    assert fit.method == "logistic"
+    assert fit.capacity_rps is not None
+    assert 10.0 < fit.capacity_rps < 11.5
+    assert fit.dispersion is not None
+    assert fit.dispersion > 10
+    # Not (0.0, 11.46): no lower end is no bound, and an adaptive sweep divided by it.
+    assert fit.ci_rps is None
