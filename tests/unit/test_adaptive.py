@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests import factories
-from tokenwatt.adaptive import MAX_REFINE, AdaptiveSweep
+from tokenwatt.adaptive import MAX_REFINE, PRECISION_MIN_DOF, AdaptiveSweep
+from tokenwatt.capacity import estimate_capacity
 from tokenwatt.plan import engine_config, run_trial, trial_verdict, with_spec
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
@@ -114,6 +115,17 @@ def test_precision_reached_ends_the_refinement():
     refines = [sum(1 for p in probes if p.phase == "refine") for probes in (loose, tight)]
     assert refines[0] < refines[1]
     assert refines[1] == MAX_REFINE  # 0.01 % is out of reach: it refines as long as allowed
+    # Exact counts put the half-width under 1 % within a few probes, but the precision target
+    # ends the sweep only once the dispersion rests on enough degrees of freedom.
+    at_stop = estimate_capacity([p for p in loose if p.phase != "confirm"], slo)
+    assert at_stop.half_width_pct is not None
+    assert at_stop.half_width_pct < 1.0
+    assert at_stop.dof is not None
+    assert at_stop.dof >= PRECISION_MIN_DOF
+    one_pair_less = [p for p in loose if p.phase != "confirm"][:-2]
+    fewer = estimate_capacity(one_pair_less, slo)
+    assert fewer.dof is not None
+    assert fewer.dof < PRECISION_MIN_DOF
 
 
 def test_the_budget_ends_the_refinement():
@@ -126,6 +138,18 @@ def test_the_budget_ends_the_refinement():
     assert 400 - 2 * 40 - 40 <= before_confirm <= 400 - 2 * 40
     assert sweep.estimate is not None
     assert sweep.estimate.capacity_rps == pytest.approx(10.0, rel=0.01)
+
+
+def test_a_budget_is_spent_past_the_cap_on_refinement_probes():
+    # MAX_REFINE ends a sweep with no budget; a budget that pays for more probes gets them.
+    slo = SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    m = MeasurementSpec(warmup_s=10, window_s=30, search_window_s=15, repeats=1)
+    budget = 40.0 * (MAX_REFINE + 20)
+    spec = SweepSpec(strategy="adaptive", precision_pct=0.01, budget_s=budget)
+    sweep = AdaptiveSweep(spec, m, slo)
+    probes = _drive(sweep)
+    assert sum(1 for p in probes if p.phase == "refine") > MAX_REFINE + 10
+    assert sweep.spent_s <= budget
 
 
 def test_observe_needs_a_pending_probe():
