@@ -5,10 +5,12 @@ errors against ``--truth`` (req/s; for the demo, ``benchmarks/capacity_curve.py`
 crossing):
 
 ``adaptive``  the spec's own sweep (``tokenwatt.plan.run_trial``), with the knobs below changed
-              for the experiment only: ``--budget``, ``--max-refine`` (``adaptive.MAX_REFINE``,
-              24, caps a large budget), ``--max-step-ln`` (``adaptive._MAX_STEP_LN``: the widest
-              step of a refinement pair), ``--no-pairs``, ``--no-ramp``, ``--neighbourhood``
-              (``capacity.NEIGHBOURHOOD_LN``: how far from the crossing the fit takes probes).
+              for the experiment only: ``--budget``, ``--precision`` (``sweep.precision_pct``),
+              ``--max-refine`` (``adaptive.MAX_REFINE``, 24: until 2026-12-04 it capped a large
+              budget, now only a sweep with none), ``--max-step-ln`` (``adaptive._MAX_STEP_LN``:
+              the widest step of a refinement pair), ``--no-pairs``, ``--no-ramp``,
+              ``--neighbourhood`` (``capacity.NEIGHBOURHOOD_LN``: how far from the crossing the
+              fit takes probes).
 ``fixed``     no search: ``--per-rate`` full windows (30 s warm-up, ``--window`` s, each its own
               stream, from idle) at each rate of ``--rates``, and the capacity fitted to them by
               ``tokenwatt.capacity.fit_constraint`` on the binding bound (TPOT on the demo): what
@@ -54,6 +56,8 @@ def _loaded(args: argparse.Namespace) -> LoadedSpec:
     sweep: dict[str, object] = {}
     if args.budget is not None:
         sweep["budget_s"] = args.budget
+    if args.precision is not None:
+        sweep["precision_pct"] = args.precision
     if args.no_pairs:
         sweep["stream_pairs"] = False
     if args.no_ramp:
@@ -141,6 +145,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--budget", type=float, help="adaptive: sweep.budget_s")
+    ap.add_argument("--precision", type=float, help="adaptive: sweep.precision_pct")
     ap.add_argument("--max-refine", type=int, help="adaptive: MAX_REFINE")
     ap.add_argument("--max-step-ln", type=float, help="adaptive: the widest refinement step")
     ap.add_argument("--no-pairs", action="store_true", help="adaptive: sweep.stream_pairs off")
