@@ -6,11 +6,11 @@ crossing):
 
 ``adaptive``  the spec's own sweep (``tokenwatt.plan.run_trial``), with the knobs below changed
               for the experiment only: ``--budget``, ``--precision`` (``sweep.precision_pct``),
-              ``--max-refine`` (``adaptive.MAX_REFINE``, 24: until 2026-12-04 it capped a large
-              budget, now only a sweep with none), ``--max-step-ln`` (``adaptive._MAX_STEP_LN``:
-              the widest step of a refinement pair), ``--no-pairs``, ``--no-ramp``,
-              ``--neighbourhood`` (``capacity.NEIGHBOURHOOD_LN``: how far from the crossing the
-              fit takes probes).
+              ``--max-refine`` (``adaptive.MAX_REFINE``: until 2026-12-04, 24, it capped a
+              large budget; now 40, and only a sweep with none), ``--max-step-ln``
+              (``adaptive._MAX_STEP_LN``: the widest step of a refinement pair), ``--no-pairs``,
+              ``--no-ramp``, ``--neighbourhood`` (``capacity.NEIGHBOURHOOD_LN``: how far from the
+              crossing the fit takes probes).
 ``fixed``     no search: ``--per-rate`` full windows (30 s warm-up, ``--window`` s, each its own
               stream, from idle) at each rate of ``--rates``, and the capacity fitted to them by
               ``tokenwatt.capacity.fit_constraint`` on the binding bound (TPOT on the demo): what
@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 import tokenwatt.adaptive as adaptive  # noqa: E402
 import tokenwatt.capacity as capacity  # noqa: E402
-from tokenwatt.plan import _server, engine_config, run_trial, with_seed, with_spec  # noqa: E402
+from tokenwatt.plan import _server, engine_config, run_trial, with_seed, with_sweep  # noqa: E402
 from tokenwatt.schema.spec import LoadedSpec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
 from tokenwatt.sweep import ProbePlan  # noqa: E402
@@ -62,12 +62,7 @@ def _loaded(args: argparse.Namespace) -> LoadedSpec:
         sweep["stream_pairs"] = False
     if args.no_ramp:
         sweep["ramp"] = False
-    if sweep:
-        spec = loaded.spec
-        loaded = with_spec(
-            loaded, spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
-        )
-    return loaded
+    return with_sweep(loaded, **sweep)
 
 
 def _patch(args: argparse.Namespace) -> None:

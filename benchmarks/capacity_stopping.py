@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import tokenwatt.capacity as capacity  # noqa: E402
 from tokenwatt.adaptive import PRECISION_MIN_DOF  # noqa: E402
-from tokenwatt.plan import engine_config, run_trial, with_spec  # noqa: E402
+from tokenwatt.plan import engine_config, run_trial, with_sweep  # noqa: E402
 from tokenwatt.schema.run import ProbeRecord  # noqa: E402
 from tokenwatt.schema.spec import LoadedSpec, SloSpec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
@@ -55,10 +55,7 @@ class Look:
 
 
 def _loaded(spec_path: str, budget_s: float) -> LoadedSpec:
-    loaded = load_spec(Path(spec_path))
-    spec = loaded.spec
-    sweep = spec.sweep.model_copy(update={"budget_s": budget_s, "precision_pct": 0.01})
-    return with_spec(loaded, spec.model_copy(update={"sweep": sweep}))
+    return with_sweep(load_spec(Path(spec_path)), budget_s=budget_s, precision_pct=0.01)
 
 
 def _run(job: tuple[str, float, int, Path]) -> Path:

@@ -113,6 +113,16 @@ def with_spec(loaded: LoadedSpec, spec: Spec) -> LoadedSpec:
     return loaded.model_copy(update={"spec": spec})
 
 
+def with_sweep(loaded: LoadedSpec, **fields: object) -> LoadedSpec:
+    """The loaded spec with these fields of its sweep section replaced (none: unchanged)."""
+    if not fields:
+        return loaded
+    spec = loaded.spec
+    return with_spec(
+        loaded, spec.model_copy(update={"sweep": spec.sweep.model_copy(update=fields)})
+    )
+
+
 def with_seed(loaded: LoadedSpec, seed: int) -> LoadedSpec:
     """The loaded spec with another workload seed."""
     spec = loaded.spec
@@ -484,12 +494,9 @@ def plan(
     """Run ``trials`` virtual sweeps of a spec and summarise them (see the module docstring)."""
     if trials < 1:
         raise InputError("--trials must be at least 1")
-    spec = loaded.spec
     if strategy is not None:
-        spec = spec.model_copy(
-            update={"sweep": spec.sweep.model_copy(update={"strategy": strategy})}
-        )
-        loaded = with_spec(loaded, spec)
+        loaded = with_sweep(loaded, strategy=strategy)
+    spec = loaded.spec
     config = engine_config(loaded)
     runs: list[PlanTrial] = []
     for t in range(trials):

@@ -117,13 +117,13 @@ def test_precision_reached_ends_the_refinement():
     assert refines[1] == MAX_REFINE  # 0.01 % is out of reach: it refines as long as allowed
     # Exact counts put the half-width under 1 % within a few probes, but the precision target
     # ends the sweep only once the dispersion rests on enough degrees of freedom.
-    at_stop = estimate_capacity([p for p in loose if p.phase != "confirm"], slo)
+    refined = [p for p in loose if p.phase != "confirm"]
+    at_stop = estimate_capacity(refined, slo)
     assert at_stop.half_width_pct is not None
     assert at_stop.half_width_pct < 1.0
     assert at_stop.dof is not None
     assert at_stop.dof >= PRECISION_MIN_DOF
-    one_pair_less = [p for p in loose if p.phase != "confirm"][:-2]
-    fewer = estimate_capacity(one_pair_less, slo)
+    fewer = estimate_capacity(refined[:-2], slo)  # one pair less
     assert fewer.dof is not None
     assert fewer.dof < PRECISION_MIN_DOF
 

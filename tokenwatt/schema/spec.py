@@ -642,13 +642,15 @@ class SweepSpec(StrictInputModel):
     precision_pct: Annotated[float, Field(gt=0, le=100)] = Field(
         default=5.0,
         description="adaptive: stop refining once the 95 % interval's half-width is within"
-        " this percentage of the capacity estimate (and its dispersion rests on at least 20"
-        " degrees of freedom: a narrow interval from few probes is often luck)",
+        " this percentage of the capacity estimate and its dispersion rests on enough degrees"
+        " of freedom (tokenwatt.adaptive.PRECISION_MIN_DOF: a narrow interval from few probes is"
+        " often luck)",
     )
     budget_s: PositiveSeconds | None = Field(
         default=None,
         description="adaptive: probe-seconds the sweep may spend, confirmation included;"
-        " null = no limit (precision_pct, or 40 refinement probes, ends it)",
+        " null = no limit (precision_pct, or tokenwatt.adaptive.MAX_REFINE refinement probes,"
+        " ends it)",
     )
     rates: list[Rate] | None = Field(
         default=None, description="Explicit rates in req/s, replacing the search; null = search"
