@@ -67,18 +67,22 @@ __all__ = [
     "AdaptiveSweep",
 ]
 
-MAX_REFINE = 40
-"""Refinement probes at most when the spec sets no budget (``budget_s: null``): twice
-:data:`PRECISION_MIN_DOF`, so that the precision target can end the sweep first."""
+MAX_REFINE = 60
+"""Refinement probes at most when the spec sets no budget (``budget_s: null``): three times
+:data:`PRECISION_MIN_DOF`, so that the precision target can end the sweep first (the degrees of
+freedom count streams, and a pair's two probes are one stream)."""
 PRECISION_MIN_DOF = 20
 """The precision target ends the sweep only once the interval's dispersion rests on this many
-degrees of freedom (:class:`tokenwatt.capacity.ConstraintFit`'s ``dof``: the probes that expect a
-request over the bound, less 2). A half-width is itself an estimate: stopping at the first that
-looks narrow stops the runs that have seen fewest tail episodes, whose estimates read high. On the
-demo (120 runs, budget 4,800 s, precision 5 %, benchmarks/README.md, "Stopping on precision"):
-stopping on the half-width alone gave a median |error| of 3.08 %, a mean of +2.54 % and intervals
-holding the truth in 80 %; with 20 degrees of freedom required, 2.62 %, +1.59 % and 86 %, at
-2,952 probe-seconds where running to the budget took 4,631 (2.19 %, +0.85 %, 86 %)."""
+degrees of freedom (:class:`tokenwatt.capacity.ConstraintFit`'s ``dof``: the workload streams of
+the probes that expect a request over the bound, less 2; probes until 2026-12-04). A half-width
+is itself an estimate: stopping at the first that looks narrow stops the runs that have seen
+fewest tail episodes, whose estimates read high. On the demo (120 runs, budget 4,800 s,
+precision 5 %, benchmarks/README.md, "Stopping on precision"): stopping on the half-width alone
+gave a median |error| of 3.08 %, a mean of +2.54 % and intervals holding the truth in 80 %; with
+20 degrees of freedom required, 2.62 %, +1.59 % and 86 %, at 2,952 probe-seconds where running
+to the budget took 4,631 (2.19 %, +0.85 %, 86 %). Counting streams (benchmarks/README.md,
+"Probes that share a stream"; truth 11.036): 88-89 % at 4,190-4,335 probe-seconds; 10 or 15
+streams instead of 20 did no better (87-89 %)."""
 MIN_STEP_LN = 0.02
 """Smallest step above/below the estimate, in ln r (2 %)."""
 PAIR_STEP_LN = 0.05

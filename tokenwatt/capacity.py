@@ -26,11 +26,28 @@ small by a factor phi, estimated from the probes' Pearson residuals (phi = chi^2
 at least 1). The capacity is the rate where the fit crosses 1 %, ln r* = (logit 0.01 - a) / b.
 
 **The interval.** Fieller's interval for the ratio (logit 0.01 - a) / b with the covariance of
-(a, b) scaled by phi and Student's t with m - 2 degrees of freedom: the set of rates at which the
+(a, b) scaled by phi and Student's t (degrees of freedom: below): the set of rates at which the
 fitted logit is not distinguishable from logit 0.01. With few probes or a flat curve it is wide,
 and when the slope is not clearly positive it is unbounded; then the capacity falls back to the
 measured bracket (below). The interval's coverage is measured against the simulator's ground
 truth (``benchmarks/README.md``, "SLO capacity"), never assumed.
+
+**Probes that share a stream.** A probe's requests (their lengths and arrival schedule, scaled
+in time by its rate) are its workload stream, and the adaptive sweep sends each refinement
+stream twice, at two rates (:mod:`tokenwatt.adaptive`, "Stream pairs"). The two windows hold the
+same requests, so a run of long prompts that brings a tail episode in one brings one in the
+other: on the demo scenario the Pearson residuals of a stream's two probes correlate 0.70 (120
+sweeps, 4,031 pairs; probes of different streams: 0.00). Counted as independent, such probes
+made the interval too narrow (it held the truth in 86 % of runs where 95 % was stated). The
+estimate stays the one above (it is unbiased whatever the correlation); its covariance becomes
+phi I^-1 (I + rho B) I^-1, I the fit's information and B the cross terms of the probes of one
+stream (generalised estimating equations with an exchangeable correlation within a stream,
+Liang and Zeger 1986, Biometrika 73:13), rho the moment estimate from the Pearson residuals of
+every pair of probes of one stream, capped to [0, :data:`MAX_STREAM_CORRELATION`]. The t's
+degrees of freedom count streams, not probes, since a stream is the independent unit: the
+streams of the probes that expect at least one request over the bound (the others say almost
+nothing about phi), less 2. A run whose
+streams were each sent once (bisection) has rho = 0 and the interval above.
 
 **The bracket** (highest passing probe, lowest failing probe above it) stands beside the
 estimate: it is what was measured, the estimate is what the measurements imply. When the fit
@@ -124,7 +141,9 @@ MIN_PAIRED_STREAMS = 3
 MAX_STREAM_CORRELATION = 0.8
 """The estimated correlation is capped here: a handful of pairs can make it look like 1. On the
 demo scenario (120 paired trials, benchmarks/README.md) a cap of 0.9 left the 95 % intervals
-holding the true change in 91 % of trials, 0.8 in 93 %; the estimates there sit near 0.8."""
+holding the true change in 91 % of trials, 0.8 in 93 %; the estimates there sit near 0.8. The
+same cap holds the correlation of the counts of one run's probes of one stream ("Probes that
+share a stream"; 0.70 pooled on the demo, a run's own estimate under 0.81 in nine runs of ten)."""
 MIN_PROBES = 3
 """The fit needs at least this many probes (two parameters and one for the dispersion)."""
 _MAX_ITER = 200
@@ -155,6 +174,9 @@ class ProbeCounts:
     """Not stopped early."""
     passed: bool
     """This bound's nearest-rank p99 is within it over the probe's window."""
+    stream: int | None = None
+    """Workload stream whose arrival schedule and request lengths it sent (None: its own).
+    Probes of one stream share their requests, so their counts go up and down together."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +202,12 @@ class ConstraintFit:
     dispersion: float | None = None
     """phi: how much more the counts vary than independent requests would."""
     dof: int | None = None
+    """Degrees of freedom of the interval's t (module docstring, "Probes that share a stream")."""
+    shared_stream_correlation: float | None = None
+    """rho: how alike the counts of two probes of one workload stream are (0: no stream sent
+    twice among the probes fitted)."""
     log_se: float | None = None
-    """Standard error of ln(capacity) (delta method, dispersion included)."""
+    """Standard error of ln(capacity) (delta method, dispersion and shared streams included)."""
     intercept: float | None = None
     slope: float | None = None
     """b of logit q = a + b ln r."""
@@ -309,6 +335,7 @@ def _probe_counts(
                     exceeding=k,
                     complete=stop is None,
                     passed=passed,
+                    stream=p.stream_id,
                 )
             )
     return out, left_out
@@ -356,6 +383,43 @@ def _logistic_mle(
         return None
     pearson = float((((k - n * q) ** 2) / w).sum())
     return beta, cov, pearson
+
+
+def _stream_sharing(
+    x: np.ndarray,
+    k: np.ndarray,
+    n: np.ndarray,
+    expected: np.ndarray,
+    streams: Sequence[int],
+    phi: float,
+) -> tuple[float, np.ndarray]:
+    """(rho, B): how alike the counts of a stream's probes are, and their cross terms.
+
+    The score's variance is phi (I + rho B), I the fit's information (module docstring, "Probes
+    that share a stream"). rho is the moment estimate from the Pearson residuals of every pair
+    of probes of one stream (generalised estimating equations, exchangeable within a stream),
+    capped to [0, :data:`MAX_STREAM_CORRELATION`]; (0, 0) when no stream was sent twice.
+    """
+    design = np.column_stack([np.ones_like(x), x])
+    w = expected * (1.0 - expected / n) + 1e-12
+    residual = (k - expected) / np.sqrt(w)
+    by_stream: dict[int, list[int]] = {}
+    for i, stream in enumerate(streams):
+        by_stream.setdefault(stream, []).append(i)
+    shared = np.zeros((2, 2))
+    products = 0.0
+    pairs = 0
+    for members in by_stream.values():
+        for pos, i in enumerate(members):
+            for j in members[pos + 1 :]:
+                outer = np.outer(design[i], design[j])
+                shared += math.sqrt(w[i] * w[j]) * (outer + outer.T)
+                products += float(residual[i] * residual[j])
+                pairs += 1
+    if pairs == 0:
+        return 0.0, shared
+    rho = min(MAX_STREAM_CORRELATION, max(0.0, products / pairs / phi))
+    return rho, shared
 
 
 def _fieller(a: float, b: float, cov: np.ndarray, t2: float) -> tuple[float, float] | None:
@@ -481,16 +545,20 @@ def _fit(
     (a, b), cov, pearson = mle
     if not b > 0:
         return None
-    # Degrees of freedom of the dispersion: probes far below the crossing expect almost no
-    # request over the bound and say almost nothing about phi; count those that expect one.
+    streams = [-1 - i if c.stream is None else c.stream for i, c in enumerate(chosen)]
     expected = n * np.array([_expit(float(a + b * xi)) for xi in x - shift])
-    dof = max(1, int((expected >= 1.0).sum()) - 2)
+    # Degrees of freedom of the dispersion: probes far below the crossing expect almost no
+    # request over the bound and say almost nothing about phi; count the streams of those that
+    # expect one (a stream's probes share their requests: one stream, one independent unit).
+    dof = max(1, len({s for s, e in zip(streams, expected, strict=True) if e >= 1.0}) - 2)
     phi = max(1.0, pearson / max(1, m - 2))
+    rho, shared = _stream_sharing(x - shift, k, n, expected, streams, phi)
+    cov = phi * (cov + rho * cov @ shared @ cov)
     t = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
     centre = (_LOGIT_TARGET - a) / b
     grad = np.array([-1.0 / b, -centre / b])
-    log_se = math.sqrt(max(0.0, float(phi * grad @ cov @ grad)))
-    interval = _fieller(float(a), float(b), phi * cov, t * t)
+    log_se = math.sqrt(max(0.0, float(grad @ cov @ grad)))
+    interval = _fieller(float(a), float(b), cov, t * t)
     ci = _rate_interval(shift, interval)
     capacity = math.exp(shift + centre)
     if not rates.min() / _EXTRAPOLATION <= capacity <= rates.max() * _EXTRAPOLATION:
@@ -505,6 +573,7 @@ def _fit(
         probes_used=m,
         dispersion=phi,
         dof=dof,
+        shared_stream_correlation=rho,
         log_se=log_se,
         intercept=float(a) - float(b) * shift,
         slope=float(b),

@@ -236,6 +236,7 @@ def _capacity_fits(figures: ConfigFigures) -> list[CapacityFitSummary]:
                 slope=fit.slope,
                 dispersion=_round(fit.dispersion, 2),
                 dof=fit.dof,
+                shared_stream_correlation=_round(fit.shared_stream_correlation, 3),
                 probes_used=fit.probes_used,
                 lower_bound_rps=_round(fit.lower_bound_rps, 3),
                 upper_bound_rps=_round(fit.upper_bound_rps, 3),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -144,6 +145,61 @@ def test_overdispersed_counts_widen_the_interval():
     width_a = math.log(a.ci_rps[1] / a.ci_rps[0])
     width_b = math.log(b.ci_rps[1] / b.ci_rps[0]) if b.ci_rps else math.inf
     assert width_b > 3 * width_a
+
+
+def test_shared_stream_correlation_by_hand():
+    import numpy as np
+
+    # Two streams, each sent at ln r = -0.1 and +0.1 (centred); 10 expected over the bound of
+    # 1,000 requests each, so w = 10 x 0.99 = 9.9. Counts 13, 13 (stream 7) and 7, 10 (stream
+    # 8): residuals (3, 3, -3, 0) / sqrt(9.9). rho = (9 + 0) / 9.9 / 2 pairs / phi.
+    x = np.array([-0.1, 0.1, -0.1, 0.1])
+    k = np.array([13.0, 13.0, 7.0, 10.0])
+    n = np.full(4, 1000.0)
+    expected = np.full(4, 10.0)
+    rho, shared = capacity._stream_sharing(x, k, n, expected, [7, 7, 8, 8], 2.0)
+    assert rho == pytest.approx(9.0 / 9.9 / 2.0 / 2.0, rel=1e-9)  # 0.22727
+    # B: per pair sqrt(w_i w_j) (X_i X_j' + X_j X_i'), X = (1, x): 9.9 [[2, 0], [0, -0.02]].
+    assert shared == pytest.approx(np.array([[39.6, 0.0], [0.0, -0.396]]), rel=1e-9)
+    # Capped: counts that move together more than MAX_STREAM_CORRELATION allows.
+    rho, _ = capacity._stream_sharing(x, k, n, expected, [7, 7, 8, 8], 0.1)
+    assert rho == MAX_STREAM_CORRELATION
+    # Negative products are no evidence of independence beyond it: floored at 0.
+    rho, _ = capacity._stream_sharing(x, np.array([13.0, 7.0, 7.0, 13.0]), n, expected,
+                                      [7, 7, 8, 8], 1.0)  # fmt: skip
+    assert rho == 0.0
+    # Every stream sent once: nothing shared.
+    rho, shared = capacity._stream_sharing(x, k, n, expected, [1, 2, 3, 4], 1.0)
+    assert rho == 0.0
+    assert not shared.any()
+
+
+def test_probes_of_one_stream_widen_the_interval_and_count_once():
+    exact = [_exact(r, n=3_000) for r in (9.0, 9.5, 10.0, 10.5, 11.0, 11.5, 12.0, 12.5)]
+    # Tail episodes that a stream's two probes share: each pair's counts scaled alike.
+    factors = (1.3, 1.25, 0.8, 0.75, 1.2, 1.15, 0.8, 0.85)
+    paired = [
+        dataclasses.replace(c, index=i, exceeding=round(c.exceeding * f), stream=i // 2)
+        for i, (c, f) in enumerate(zip(exact, factors, strict=True))
+    ]
+    alone = [dataclasses.replace(c, stream=None) for c in paired]
+    a = fit_constraint("tpot", alone)
+    b = fit_constraint("tpot", paired)
+    # The same estimate and dispersion: sharing a stream changes how sure it is, not where.
+    assert b.capacity_rps == pytest.approx(a.capacity_rps, rel=1e-12)
+    assert b.dispersion == pytest.approx(a.dispersion, rel=1e-12)
+    assert a.shared_stream_correlation == 0.0
+    assert b.shared_stream_correlation is not None
+    assert b.shared_stream_correlation > 0.3
+    # Eight probes, four streams: the t has 4 - 2 degrees of freedom, not 8 - 2.
+    assert (a.dof, b.dof) == (6, 2)
+    assert b.log_se is not None
+    assert a.log_se is not None
+    assert b.log_se > 1.2 * a.log_se
+    assert a.ci_rps is not None
+    assert b.ci_rps is not None  # bounded, only wider: (9.42, 10.24) against (8.36, 10.55)
+    assert b.ci_rps[0] < a.ci_rps[0] < a.ci_rps[1] < b.ci_rps[1]
+    assert math.log(b.ci_rps[1] / b.ci_rps[0]) > 2 * math.log(a.ci_rps[1] / a.ci_rps[0])
 
 
 def test_no_crossing_reports_a_bound_only():

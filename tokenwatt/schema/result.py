@@ -372,7 +372,14 @@ class CapacityFitSummary(StrictModel):
     dispersion: NonNeg | None = Field(
         default=None, description="phi: variance of the counts over the binomial's"
     )
-    dof: Annotated[int, Field(ge=1)] | None = None
+    dof: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Degrees of freedom of the interval's t (workload streams)"
+    )
+    shared_stream_correlation: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None,
+        description="rho: correlation of the counts of two probes of one workload stream (0: no"
+        " stream sent twice among the probes fitted; null: not recorded)",
+    )
     probes_used: Annotated[int, Field(ge=0)] = 0
     lower_bound_rps: NonNeg | None = None
     upper_bound_rps: NonNeg | None = None
