@@ -46,8 +46,8 @@ Liang and Zeger 1986, Biometrika 73:13), rho the moment estimate from the Pearso
 every pair of probes of one stream, capped to [0, :data:`MAX_STREAM_CORRELATION`]. The t's
 degrees of freedom count streams, not probes, since a stream is the independent unit: the
 streams of the probes that expect at least one request over the bound (the others say almost
-nothing about phi), less 2. A run whose
-streams were each sent once (bisection) has rho = 0 and the interval above.
+nothing about phi), less 2. A run whose streams were each sent once (bisection) has rho = 0
+and the interval above.
 
 **The bracket** (highest passing probe, lowest failing probe above it) stands beside the
 estimate: it is what was measured, the estimate is what the measurements imply. When the fit
