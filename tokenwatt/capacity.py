@@ -341,6 +341,12 @@ def _probe_counts(
     return out, left_out
 
 
+def _binomial_weights(n: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The binomial variance of each probe's count, n q (1 - q): the fit's weight (never 0)."""
+    weights: np.ndarray = n * q * (1.0 - q) + 1e-12
+    return weights
+
+
 def _logistic_mle(
     x: np.ndarray, k: np.ndarray, n: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float] | None:
@@ -358,7 +364,7 @@ def _logistic_mle(
     for _ in range(_MAX_ITER):
         eta = np.clip(design @ beta, -30.0, 30.0)
         q = 1.0 / (1.0 + np.exp(-eta))
-        w = n * q * (1.0 - q) + 1e-12
+        w = _binomial_weights(n, q)
         info = (design.T * w) @ design
         try:
             inv = np.linalg.inv(info)
@@ -376,7 +382,7 @@ def _logistic_mle(
             break
     eta = np.clip(design @ beta, -30.0, 30.0)
     q = 1.0 / (1.0 + np.exp(-eta))
-    w = n * q * (1.0 - q) + 1e-12
+    w = _binomial_weights(n, q)
     try:
         cov = np.linalg.inv((design.T * w) @ design)
     except np.linalg.LinAlgError:
@@ -401,7 +407,7 @@ def _stream_sharing(
     capped to [0, :data:`MAX_STREAM_CORRELATION`]; (0, 0) when no stream was sent twice.
     """
     design = np.column_stack([np.ones_like(x), x])
-    w = expected * (1.0 - expected / n) + 1e-12
+    w = _binomial_weights(n, expected / n)
     residual = (k - expected) / np.sqrt(w)
     by_stream: dict[int, list[int]] = {}
     for i, stream in enumerate(streams):

@@ -373,7 +373,9 @@ class CapacityFitSummary(StrictModel):
         default=None, description="phi: variance of the counts over the binomial's"
     )
     dof: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="Degrees of freedom of the interval's t (workload streams)"
+        default=None,
+        description="Degrees of freedom of the interval's t (workload streams; probes in files"
+        " written before 2026-12-04)",
     )
     shared_stream_correlation: Annotated[float, Field(ge=0, le=1)] | None = Field(
         default=None,
