@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -123,8 +124,10 @@ def test_sampler_reads_the_gauge_inside_the_window_only():
         after = time.monotonic_ns()
     assert after >= end
     assert errors == []
-    # One scrape every 0.1 s from the window start: about 5, each a new value, in order.
-    assert 3 <= len(samples) <= 5
+    # One scrape every 0.1 s from the window start: at most 5 (none before the window opens or
+    # after it closes), each a new value, in order. How many fewer depends on the machine's load
+    # (two under a full test run beside a benchmark on two cores): at least one.
+    assert 1 <= len(samples) <= 5
     assert samples == [3.0, 5.0, 7.0, 9.0, 11.0][: len(samples)]
 
 
@@ -167,7 +170,10 @@ def test_a_scrape_answered_after_the_window_is_a_failed_scrape_not_silence():
 
 
 def test_a_scrape_unanswered_when_the_probe_ends_is_a_failed_scrape():
+    asked = threading.Event()
+
     def stuck() -> str:
+        asked.set()
         time.sleep(1.5)
         return 'vllm:num_requests_running{engine="0"} 1\n'
 
@@ -175,11 +181,13 @@ def test_a_scrape_unanswered_when_the_probe_ends_is_a_failed_scrape():
     errors: list[str] = []
 
     async def probe_ends_early() -> None:
-        start, end = _window(0.2, lead_s=0.0)
+        # The probe ends while the scrape waits for its answer (not after a fixed delay: on a
+        # loaded machine a 0.2 s window could close before the first scrape was sent at all).
+        start, end = _window(5.0, lead_s=0.0)
         task = asyncio.create_task(
             sample_running_batch(url, start, end, samples, errors, period_s=0.1)
         )
-        await asyncio.sleep(0.5)
+        assert await asyncio.to_thread(asked.wait, 30.0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -188,7 +196,7 @@ def test_a_scrape_unanswered_when_the_probe_ends_is_a_failed_scrape():
         asyncio.run(probe_ends_early())
     assert samples == []
     assert len(errors) == 1
-    assert errors[0].startswith("no answer in 0.")
+    assert errors[0].startswith("no answer in ")
 
 
 def test_sampler_records_a_server_that_is_not_there():
