@@ -592,3 +592,28 @@ def test_an_interval_too_wide_to_write_as_rates_is_unbounded():
     assert fit.dispersion > 10
     # Not (0.0, 11.46): no lower end is no bound, and an adaptive sweep divided by it.
     assert fit.ci_rps is None
+
+
+def test_an_interval_reaching_far_outside_the_probed_rates_is_unbounded():
+    # One demo run (workload seed 245) after two stream pairs: two streams, one degree of freedom
+    # (t = 12.7), and Fieller's interval was (0.0019, 12.85) req/s beside probes at 11.3-14.2:
+    # its lower end is the model's, far from where it was fitted, not the data's.
+    rows = [
+        (0, 8.0, 111, 0, False, 0),
+        (1, 12.0, 169, 0, False, 1),
+        (2, 18.0, 3, 3, False, 2),
+        (3, 14.16020443120844, 423, 164, True, 1000),
+        (4, 11.561758503319327, 350, 3, True, 1000),
+        (5, 12.509924108952257, 383, 15, True, 1001),
+        (6, 11.319447430570161, 343, 1, True, 1001),
+    ]
+    counts = [
+        ProbeCounts(i, rate, n, k, complete, k <= n - math.ceil(0.99 * n), stream)
+        for i, rate, n, k, complete, stream in rows
+    ]
+    fit = fit_constraint("tpot", counts)
+    assert fit.method == "logistic"
+    assert fit.capacity_rps is not None
+    assert 11.5 < fit.capacity_rps < 12.0
+    assert fit.dof == 1
+    assert fit.ci_rps is None
