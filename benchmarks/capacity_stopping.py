@@ -55,17 +55,20 @@ class Look:
     dof: int | None
 
 
-def _loaded(spec_path: str, budget_s: float) -> LoadedSpec:
-    return with_sweep(load_spec(Path(spec_path)), budget_s=budget_s, precision_pct=0.01)
+def _loaded(spec_path: str, budget_s: float, ramp_warmup_s: float | None = None) -> LoadedSpec:
+    fields: dict[str, object] = {"budget_s": budget_s, "precision_pct": 0.01}
+    if ramp_warmup_s is not None:
+        fields["ramp_warmup_s"] = ramp_warmup_s
+    return with_sweep(load_spec(Path(spec_path)), **fields)
 
 
-def _run(job: tuple[str, float, int, Path]) -> Path:
+def _run(job: tuple[str, float, float | None, int, Path]) -> Path:
     """One whole-budget sweep, its probes and probe-seconds cached."""
-    spec_path, budget_s, seed, cache = job
+    spec_path, budget_s, ramp_warmup_s, seed, cache = job
     path = cache / f"{Path(spec_path).stem}-{budget_s:g}-{seed}.json.gz"
     if path.exists():
         return path
-    loaded = _loaded(spec_path, budget_s)
+    loaded = _loaded(spec_path, budget_s, ramp_warmup_s)
     trial = run_trial(loaded, engine_config(loaded), seed=seed)
     data = {
         "seconds": trial.probe_seconds,
@@ -155,17 +158,23 @@ def main() -> None:
     ap.add_argument(
         "--min-dofs", default=f"0,{PRECISION_MIN_DOF}", help="stop rules to replay, comma-separated"
     )
+    ap.add_argument(
+        "--ramp-warmup",
+        type=float,
+        help="sweep.ramp_warmup_s for the sweeps (their cache is the same file names: give each"
+        " setting its own --cache)",
+    )
     ap.add_argument("--cache", type=Path, default=Path("/tmp/capacity_stopping"))
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
-    loaded = _loaded(args.spec, args.budget)
+    loaded = _loaded(args.spec, args.budget, args.ramp_warmup)
     slo = loaded.spec.slo
     m = loaded.spec.measurement
     reserve_s = m.repeats * (m.warmup_s + m.window_s)
     budgets = [float(c) for c in args.cuts.split(",") if c] + [args.budget]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         seeds = range(args.first_seed, args.first_seed + args.trials)
-        jobs = [(args.spec, args.budget, seed, args.cache) for seed in seeds]
+        jobs = [(args.spec, args.budget, args.ramp_warmup, seed, args.cache) for seed in seeds]
         paths = list(pool.map(_run, jobs))
         runs = list(pool.map(_looks, [(p, slo) for p in paths]))
     for budget in budgets:

@@ -17,6 +17,11 @@ benchmarks/README.md:
 ``warmup``    the share of requests over the binding bound at one rate after each warm-up in
               ``--warmups``, pooled over ``--trials`` seeds: whether the spec's warm-up reaches
               steady state.
+``ramp-warmup`` chains of ``--chain`` probes alternating between ``--rates``, each ramped from
+              the last (``sweep.ramp``) with no warm-up, over ``--trials`` seeds: the share of
+              requests over the binding bound in a window of the spec's length after each
+              warm-up in ``--warmups``, for the first probe (from idle) and the ramped ones
+              apart: how short a ramped probe's warm-up may be (``sweep.ramp_warmup_s``).
 ``seeds``     each of ``--trials`` truth seeds bisected alone (``true_capacity`` with one seed,
               to 0.5 %, from ``--bracket``; cached): how far apart the seeds' own boundaries
               lie, and the central 95 % of the medians of any 5 of them (how well the truth is
@@ -32,6 +37,8 @@ is computed once per spec and cached.
     .venv/bin/python benchmarks/capacity_trials.py self --spec specs/demo-sim.spec.yaml --trials 20
     .venv/bin/python benchmarks/capacity_trials.py warmup --spec specs/demo-sim.spec.yaml \
         --rate 11 --warmups 10,30,60,120 --trials 40
+    .venv/bin/python benchmarks/capacity_trials.py ramp-warmup --spec specs/demo-sim.spec.yaml \
+        --rates 10.45,11.6 --warmups 0,5,10,30 --trials 800 --jobs 2
     # --sim-b 'bandwidth_efficiency=0.76': the candidate is the baseline spec with that change
     # --sweep-b 'start_rps=9,growth=1.4': the same engine swept another way (true change 0)
 """
@@ -95,6 +102,8 @@ def configured(
         sweep["ramp"] = args.ramp
     if args.no_pairs:
         sweep["stream_pairs"] = False
+    if args.ramp_warmup is not None:
+        sweep["ramp_warmup_s"] = args.ramp_warmup
     if sweep_over:
         sweep.update(_pairs(sweep_over))
     if sweep:
@@ -332,6 +341,92 @@ def warmup(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _ramp_chain(job: tuple[argparse.Namespace, int]) -> dict[str, list[int]]:
+    """One seed's chain of ramped probes: per (idle|ramped, rate, warm-up), [counted, over]."""
+    from tokenwatt.capacity import exceedance
+    from tokenwatt.load.workload import build_workload
+    from tokenwatt.sim.virtual import VirtualServer
+    from tokenwatt.sweep import may_ramp
+
+    args, seed = job
+    loaded = with_seed(configured(args.spec, args), seed)
+    spec = loaded.spec
+    config = engine_config(loaded)
+    column: TableColumn = "tpot_ms" if args.bound == "tpot" else spec.slo.first_token_column
+    bound = spec.slo.tpot_p99_ms if args.bound == "tpot" else spec.slo.first_token_p99_ms
+    rates = [float(r) for r in args.rates.split(",")]
+    warmups = [float(w) for w in args.warmups.split(",")]
+    window = float(spec.measurement.window_s)
+    workload = build_workload(
+        spec, trace_file=loaded.trace_file, context_tokens=config.max_model_len
+    )
+    server = VirtualServer(
+        config, workload, request_timeout_s=float(spec.measurement.request_timeout_s)
+    )
+    out: dict[str, list[int]] = {}
+    previous = None
+    for j in range(args.chain):
+        rate = rates[(j + seed) % len(rates)]
+        ramp = j > 0 and may_ramp(previous, spec.slo)
+        plan = ProbePlan(
+            phase="refine",
+            rate_rps=rate,
+            warmup_s=0.0,
+            window_s=max(warmups) + window,
+            ramp=ramp,
+            stream=seed * args.chain + j,
+        )
+        previous = server.probe(plan, index=j, slo=spec.slo).record
+        requests = previous.requests
+        assert requests is not None
+        start = "ramped" if ramp else "idle"
+        for warm in warmups:
+            inside = [i for i, t in enumerate(requests.t_sched_s) if warm <= t < warm + window]
+            part = requests.model_copy(
+                update={
+                    name: [values[i] for i in inside]
+                    for name, values in requests
+                    if isinstance(values, list)
+                }
+            )
+            n, k = exceedance(part, column, bound)
+            key = f"{start}|{rate:g}|{warm:g}"
+            counted = out.setdefault(key, [0, 0])
+            counted[0] += n
+            counted[1] += k
+    return out
+
+
+def ramp_warmup(args: argparse.Namespace) -> dict[str, object]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    totals: dict[str, list[int]] = {}
+    jobs = [(args, args.seed + s) for s in range(args.trials)]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for part in pool.map(_ramp_chain, jobs, chunksize=8):
+            for key, (n, k) in part.items():
+                total = totals.setdefault(key, [0, 0])
+                total[0] += n
+                total[1] += k
+    shares = {
+        key: {"counted": n, "over": k, "over_pct": 100 * k / max(1, n)}
+        for key, (n, k) in sorted(totals.items())
+    }
+    for key, row in shares.items():
+        print(
+            f"  {key:<24} {row['over']:6d} of {row['counted']:8d} over: {row['over_pct']:.3f} %",
+            file=sys.stderr,
+        )
+    return {
+        "mode": "ramp-warmup",
+        "spec": args.spec,
+        "rates": args.rates,
+        "chain": args.chain,
+        "seeds": args.trials,
+        "by_start_rate_warmup": shares,
+    }
+
+
 def seed_boundaries(args: argparse.Namespace) -> dict[str, object]:
     """Each truth seed's own boundary, and how far a median of TRUTH_SEEDS of them moves.
 
@@ -374,7 +469,9 @@ def seed_boundaries(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["accuracy", "compare", "self", "warmup", "seeds"])
+    ap.add_argument(
+        "mode", choices=["accuracy", "compare", "self", "warmup", "ramp-warmup", "seeds"]
+    )
     ap.add_argument("--spec", required=True)
     ap.add_argument("--spec-b", help="compare: the candidate's spec (default: --spec)")
     ap.add_argument("--sim-b", help="compare: engine.sim changes for the candidate, k=v,...")
@@ -392,6 +489,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, help="measurement.warmup_s instead of the spec's")
     ap.add_argument("--ramp", action="store_true", help="sweep.ramp: probes ramp from the last")
     ap.add_argument("--no-ramp", action="store_true", help="sweep.ramp off (the spec may ramp)")
+    ap.add_argument(
+        "--ramp-warmup", type=float, help="sweep.ramp_warmup_s (both configurations), s"
+    )
     ap.add_argument("--window", type=float, help="measurement.window_s instead of the spec's")
     ap.add_argument(
         "--no-pairs", action="store_true", help="sweep.stream_pairs off (adaptive: no pairs)"
@@ -406,6 +506,14 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=11.0, help="warmup: the rate, req/s")
     ap.add_argument("--warmups", default="10,30,60,120", help="warmup: warm-ups to compare, s")
     ap.add_argument(
+        "--rates", default="10.45,11.6", help="ramp-warmup: the rates the chain alternates, req/s"
+    )
+    ap.add_argument("--chain", type=int, default=4, help="ramp-warmup: probes per seed")
+    ap.add_argument(
+        "--bound", choices=["tpot", "ttft"], default="tpot", help="ramp-warmup: the bound counted"
+    )
+    ap.add_argument("--jobs", type=int, default=2, help="ramp-warmup: processes")
+    ap.add_argument(
         "--bracket", default="7.5,11.5", help="seeds: where each seed's bisection starts, req/s"
     )
     args = ap.parse_args()
@@ -415,6 +523,7 @@ def main() -> None:
         "compare": compare,
         "self": self_compare,
         "warmup": warmup,
+        "ramp-warmup": ramp_warmup,
         "seeds": seed_boundaries,
     }[args.mode]
     result = runner(args)

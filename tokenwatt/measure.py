@@ -629,7 +629,15 @@ async def measure(opts: MeasureOptions, progress: Progress) -> RunFile:
             progress.phase("sweep", "searching the SLO boundary")
             started_load = True
             if previous is not None:
-                _replay(opts, previous, sweep, state, progress, reused_accuracy=eff_a is not None)
+                _replay(
+                    opts,
+                    previous,
+                    sweep,
+                    state,
+                    progress,
+                    reused_accuracy=eff_a is not None,
+                    ramp_warmup_s=eff_s.ramp_warmup_s,
+                )
             while (plan := sweep.next()) is not None:
                 plan = ramped(plan, state.probes[-1] if state.probes else None, eff_s, spec.slo)
                 index = len(state.probes)
@@ -705,10 +713,11 @@ def _replay(
     progress: Progress,
     *,
     reused_accuracy: bool,
+    ramp_warmup_s: float | None,
 ) -> None:
     """Put the interrupted run's probes into the sweep and the state (see tokenwatt.resume)."""
     assert opts.resume is not None
-    saved_s = replay(sweep, previous.probes, opts.resume)
+    saved_s = replay(sweep, previous.probes, opts.resume, ramp_warmup_s=ramp_warmup_s)
     state.probes = list(previous.probes)
     state.probe_ns = [round(probe_seconds(p) * 1e9) for p in previous.probes]
     state.resumed_power = previous.power

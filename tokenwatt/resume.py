@@ -12,8 +12,10 @@ probe finished so far (:mod:`tokenwatt.measure`). Resuming it measures only what
    had just been measured. The sweep decides only from probe outcomes (and, for the adaptive
    strategy, their probe-seconds), so it reaches exactly the state it was in when the run was
    cut, and its next plan is the first probe not yet measured. Each recorded probe must be the
-   probe the sweep asks for (same phase, rate, durations, attempt and repeat); if not, the run
-   cannot be continued and the first mismatch is named.
+   probe the sweep asks for (same phase, rate, durations, attempt and repeat; one that started
+   on carried requests warmed up for ``sweep.ramp_warmup_s``); if not, the run cannot be
+   continued and the first mismatch is named. The first probe after the resumption finds
+   nothing left running, so it warms up as from idle (:func:`tokenwatt.sweep.warmup_when`).
 3. **Continue**: probe i still sends the workload's stream i (common random numbers), so the
    probes measured after the resumption are those an uninterrupted run would have measured.
 
@@ -28,14 +30,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tokenwatt.errors import RunFileError
 from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample, ProbeRecord, RunFile
 from tokenwatt.schema.spec import MeasurementSpec, Spec
-from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan, Strategy
+from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan, Strategy, warmup_when
 
 __all__ = [
     "ResumeCheck",
@@ -146,7 +148,11 @@ def probe_seconds(record: ProbeRecord) -> float:
     return record.warmup_s + (record.end_ns - record.window_start_ns) / 1e9
 
 
-def _same_plan(plan: ProbePlan, record: ProbeRecord) -> list[str]:
+def _same_plan(plan: ProbePlan, record: ProbeRecord, ramp_warmup_s: float | None) -> list[str]:
+    if record.ramp is not None and ramp_warmup_s is not None:
+        # It started on carried requests: it warmed up for sweep.ramp_warmup_s (tokenwatt.sweep).
+        plan = replace(plan, ramp=True, ramp_warmup_s=min(plan.warmup_s, ramp_warmup_s))
+    warmup_s = warmup_when(plan, carried=record.ramp is not None)
     pairs: list[tuple[str, object, object]] = [
         ("phase", plan.phase, record.phase),
         ("attempt", plan.attempt, record.attempt),
@@ -162,7 +168,7 @@ def _same_plan(plan: ProbePlan, record: ProbeRecord) -> list[str]:
             out.append(f"variant {plan.variant}, recorded {record.variant}")
     for name, want_f, got_f in [
         ("rate_rps", plan.rate_rps, record.rate_rps),
-        ("warmup_s", plan.warmup_s, record.warmup_s),
+        ("warmup_s", warmup_s, record.warmup_s),
         ("window_s", plan.window_s, record.window_s),
     ]:
         if not math.isclose(want_f, got_f, rel_tol=1e-9, abs_tol=1e-12):
@@ -170,8 +176,17 @@ def _same_plan(plan: ProbePlan, record: ProbeRecord) -> list[str]:
     return out
 
 
-def replay(sweep: Strategy, probes: list[ProbeRecord], path: Path) -> float:
+def replay(
+    sweep: Strategy,
+    probes: list[ProbeRecord],
+    path: Path,
+    *,
+    ramp_warmup_s: float | None = None,
+) -> float:
     """Feed recorded probes to a fresh sweep, in order; return their probe-seconds.
+
+    ``ramp_warmup_s`` is the spec's ``sweep.ramp_warmup_s``: a recorded probe that started on
+    carried requests warmed up for that instead of the plan's warm-up.
 
     Raises:
         RunFileError: a recorded probe is not the one the sweep asks for, or the sweep ends
@@ -185,7 +200,7 @@ def replay(sweep: Strategy, probes: list[ProbeRecord], path: Path) -> float:
                 f"{path}: cannot resume: the sweep ends before probe {record.index},"
                 " which the run recorded"
             )
-        if mismatch := _same_plan(plan, record):
+        if mismatch := _same_plan(plan, record, ramp_warmup_s):
             raise RunFileError(
                 f"{path}: cannot resume: probe {record.index} is not the probe the sweep asks"
                 f" for now (sweep asks {'; '.join(mismatch)})"

@@ -64,8 +64,15 @@ def _aborted_by_now(metrics_url: str, at_least: float, *, timeout_s: float = 10.
     return count
 
 
-def _plan(*, ramp: bool = False) -> ProbePlan:
-    return ProbePlan(phase="search", rate_rps=RATE_RPS, warmup_s=1.0, window_s=3.0, ramp=ramp)
+def _plan(*, ramp: bool = False, ramp_warmup_s: float | None = None) -> ProbePlan:
+    return ProbePlan(
+        phase="search",
+        rate_rps=RATE_RPS,
+        warmup_s=1.0,
+        window_s=3.0,
+        ramp=ramp,
+        ramp_warmup_s=ramp_warmup_s,
+    )
 
 
 @pytest.mark.parametrize("in_process", [False, True], ids=["worker", "in-process"])
@@ -83,14 +90,16 @@ async def test_a_ramped_probe_takes_over_the_requests_left_running(long_answers,
         before = _aborted(sim.metrics_url)
         first = await gen.probe(_plan(), index=0, slo=spec.slo)
         assert first.ramp is None
-        second = await gen.probe(_plan(ramp=True), index=1, slo=spec.slo)
+        second = await gen.probe(_plan(ramp=True, ramp_warmup_s=0.5), index=1, slo=spec.slo)
         # nothing was cut between the two: the server finished what the first left running
         assert _aborted(sim.metrics_url) == before
         assert second.ramp is not None
         assert second.ramp.from_probe == 0
         assert second.ramp.carried_requests > 20
+        # it started on carried requests, so it warmed up for its ramp warm-up (sweep.ramp_warmup_s)
+        assert second.warmup_s == 0.5
         # the carried requests are load, never measured: the window is this probe's schedule
-        assert second.window_requests == gen.window_requests(RATE_RPS, 1.0, 3.0, stream=1)
+        assert second.window_requests == gen.window_requests(RATE_RPS, 0.5, 3.0, stream=1)
         assert second.failed == 0
         audit = second.audits.steady_state  # type: ignore[union-attr]
         assert audit is not None
@@ -113,7 +122,8 @@ async def test_without_the_ramp_a_probe_ends_by_cancelling_what_is_left(long_ans
     work = build_workload(spec, context_tokens=4096)
     async with LoadGenerator(spec.engine, work, base_url=sim.base_url, workers=1) as gen:
         before = _aborted(sim.metrics_url)
-        record = await gen.probe(_plan(ramp=True), index=0, slo=spec.slo)
+        record = await gen.probe(_plan(ramp=True, ramp_warmup_s=0.5), index=0, slo=spec.slo)
         assert record.ramp is None  # nothing left running to start on
+        assert record.warmup_s == 1.0  # so the full warm-up, as from idle
         cut = _aborted_by_now(sim.metrics_url, before + 20) - before
         assert cut >= 20  # the requests sent while the window drained

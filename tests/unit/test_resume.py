@@ -179,3 +179,35 @@ def test_power_from_another_clock_is_dropped_with_a_note():
     assert merged.gaps == []
     assert any("dropped" in n for n in merged.notes)
     assert merge_power(None, _power(10)) == _power(10)
+
+
+def test_recorded_probes_that_started_on_carried_requests_replay_with_the_ramp_warmup():
+    from tokenwatt.schema.run import ProbeRamp
+
+    full = _drive(Sweep(SweepSpec(), M), 20.0, [])
+    # probes 1-3 started on what the probe before left running, warmed up for 10 s
+    ramped = [
+        p.model_copy(
+            update={
+                "warmup_s": 10.0,
+                "ramp": ProbeRamp(
+                    from_probe=p.index - 1,
+                    from_rate_rps=full[p.index - 1].rate_rps,
+                    carried_requests=30,
+                ),
+            }
+        )
+        if 1 <= p.index <= 3
+        else p
+        for p in full
+    ]
+    sweep = Sweep(SweepSpec(), M)
+    saved = replay(sweep, ramped[:5], PATH, ramp_warmup_s=10.0)
+    assert saved == pytest.approx(sum(probe_seconds(p) for p in ramped[:5]))
+    assert _drive(sweep, 20.0, ramped[:5])[5:] == full[5:]
+    # a spec without sweep.ramp_warmup_s would not have warmed them up for 10 s
+    with pytest.raises(RunFileError, match=r"probe 1 .* warmup_s 45\.0, recorded 10\.0"):
+        replay(Sweep(SweepSpec(), M), ramped, PATH)
+    # nor one with a warm-up of 20 s after a ramp
+    with pytest.raises(RunFileError, match=r"probe 1 .* warmup_s 20\.0, recorded 10\.0"):
+        replay(Sweep(SweepSpec(), M), ramped, PATH, ramp_warmup_s=20.0)

@@ -211,3 +211,28 @@ def test_a_probe_stopped_early_leaves_nothing_to_ramp_from():
     assert stopped.early_stop is not None
     plan = ProbePlan(phase="search", rate_rps=9.0, warmup_s=5, window_s=20, ramp=True)
     assert vs.probe(plan, index=1, slo=spec.slo).record.ramp is None
+
+
+def test_a_ramped_probe_warms_up_for_its_ramp_warmup_only_on_carried_requests():
+    spec, vs, _ = server()
+    vs.probe(
+        ProbePlan(phase="search", rate_rps=9.0, warmup_s=5, window_s=20), index=0, slo=spec.slo
+    )
+    plan = ProbePlan(
+        phase="search", rate_rps=10.0, warmup_s=5, window_s=20, ramp=True, ramp_warmup_s=1.0
+    )
+    short = vs.probe(plan, index=1, slo=spec.slo).record
+    assert short.ramp is not None
+    assert short.warmup_s == 1.0
+    assert short.audits.steady_state is not None
+    assert short.audits.steady_state.warmup_s == 1.0
+    # nothing carried (the probe before was stopped early): the full warm-up, as from idle
+    stopped = vs.probe(
+        ProbePlan(phase="search", rate_rps=40.0, warmup_s=5, window_s=20, early_stop=True),
+        index=2,
+        slo=spec.slo,
+    ).record
+    assert stopped.early_stop is not None
+    from_idle = vs.probe(plan, index=3, slo=spec.slo).record
+    assert from_idle.ramp is None
+    assert from_idle.warmup_s == 5.0

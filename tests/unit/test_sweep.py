@@ -160,3 +160,39 @@ def test_a_probe_ramps_only_from_one_that_left_no_backlog():
     assert ramped(plan, calm, SweepSpec(ramp=True), slo).ramp
     assert not ramped(plan, calm, SweepSpec(), slo).ramp  # off unless the spec asks
     assert not ramped(plan, None, SweepSpec(ramp=True), slo).ramp
+
+
+def test_a_ramped_probe_takes_the_shorter_ramp_warmup_only_when_it_carries_requests():
+    from tests import factories
+    from tokenwatt.sweep import ramped, warmup_when
+
+    slo = _slo()
+    plan = ProbePlan(phase="refine", rate_rps=2.0, warmup_s=30.0, window_s=30.0)
+    calm = factories.probe(0, ttft_ms=factories.stats(150.0))
+    queued = factories.probe(0, passed=False, ttft_ms=factories.stats(250.0))
+    short = SweepSpec(ramp=True, ramp_warmup_s=10)
+    asked = ramped(plan, calm, short, slo)
+    assert asked.ramp
+    assert asked.ramp_warmup_s == 10.0
+    assert warmup_when(asked, carried=True) == 10.0
+    # asked to ramp, but nothing was carried (a new worker pool, a resumed run): as from idle
+    assert warmup_when(asked, carried=False) == 30.0
+    assert ramped(plan, queued, short, slo).ramp_warmup_s is None  # from idle: the full warm-up
+    assert warmup_when(ramped(plan, calm, SweepSpec(ramp=True), slo), carried=True) == 30.0
+    # never longer than the plan's own (quick mode's 3 s stays 3 s)
+    quick = ProbePlan(phase="refine", rate_rps=2.0, warmup_s=3.0, window_s=10.0)
+    assert warmup_when(ramped(quick, calm, short, slo), carried=True) == 3.0
+    with pytest.raises(ValueError, match="ramp_warmup_s <= warmup_s"):
+        ProbePlan(phase="refine", rate_rps=2.0, warmup_s=3.0, window_s=10.0, ramp_warmup_s=5.0)
+
+
+def test_a_ramp_warmup_without_the_ramp_is_refused():
+    from pydantic import ValidationError
+
+    from tests import factories
+
+    with pytest.raises(ValidationError, match="sweep.ramp_warmup_s without sweep.ramp"):
+        factories.spec(sweep={"ramp_warmup_s": 10})
+    assert factories.spec(sweep={"ramp": True, "ramp_warmup_s": 10}).sweep.ramp_warmup_s == 10
+    with pytest.raises(ValidationError, match=r"sweep.ramp_warmup_s \(50 s\) is longer than"):
+        factories.spec(sweep={"ramp": True, "ramp_warmup_s": 50}, measurement={"warmup_s": 30})

@@ -445,6 +445,7 @@ class LoadGenerator:
                 early_stop=early_stop,
                 certify_pass=certify_pass,
                 ramp=plan.ramp,
+                ramp_warmup_s=plan.ramp_warmup_s,
             )
             pacing_bound = record.client_bound and not (
                 record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
@@ -484,7 +485,15 @@ class LoadGenerator:
         early_stop: bool = False,
         certify_pass: bool = False,
         ramp: bool = False,
+        ramp_warmup_s: float | None = None,
     ) -> ProbeRecord:
+        pool = await self._ensure_pool(workers)
+        if pool is not None:
+            workers = len(pool)  # a cluster short of nodes may grant fewer actors
+        ramp_from = self._left_running if ramp else None
+        self._left_running = None
+        if ramp_from is not None and ramp_warmup_s is not None:
+            warmup_s = ramp_warmup_s  # it does start on carried requests (sweep.ramp_warmup_s)
         rule: EarlyStopRule | None = None
         tally: ExceedTally | None = None
         lost_reasons: list[str] = []
@@ -510,11 +519,6 @@ class LoadGenerator:
                     stop_on_fail=early_stop,
                     stop_on_pass=certify_pass,
                 )
-        pool = await self._ensure_pool(workers)
-        if pool is not None:
-            workers = len(pool)  # a cluster short of nodes may grant fewer actors
-        ramp_from = self._left_running if ramp else None
-        self._left_running = None
         lead_s = pool.start_lead_s if isinstance(pool, RayPool) else _START_LEAD_S
         started = dt.datetime.now(dt.UTC)
         t0_ns = time.monotonic_ns() + int(lead_s * _NS)

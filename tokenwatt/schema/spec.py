@@ -680,6 +680,14 @@ class SweepSpec(StrictInputModel):
         " still in flight go on) instead of an idle server, when that probe ended with no"
         " backlog, so only the difference between two rates has to settle in the warm-up",
     )
+    ramp_warmup_s: Seconds | None = Field(
+        default=None,
+        description="Warm-up of a probe that starts on the requests the previous one left running"
+        " (sweep.ramp), s, at most measurement.warmup_s; null: measurement.warmup_s. A probe"
+        " that starts from idle keeps the full warm-up; the steady-state audit still checks"
+        " every window. Shorter warm-ups buy windows; measure what they cost the comparison"
+        " (benchmarks/README.md, 'A shorter warm-up after a ramp')",
+    )
     stream_pairs: bool = Field(
         default=True,
         description="adaptive: refine in pairs of probes that send one workload stream at two"
@@ -1033,6 +1041,23 @@ class Spec(StrictInputModel):
     not_covered: list[str] = Field(
         default_factory=list, description="What this measurement does not cover, for the page"
     )
+
+    @model_validator(mode="after")
+    def _ramp_warmup_with_ramp(self) -> Spec:
+        if self.sweep.ramp_warmup_s is not None and not self.sweep.ramp:
+            raise ValueError(
+                "sweep.ramp_warmup_s without sweep.ramp: only a probe that ramps uses it;"
+                " set sweep.ramp: true or remove sweep.ramp_warmup_s"
+            )
+        if self.sweep.ramp_warmup_s is not None and (
+            self.sweep.ramp_warmup_s > self.measurement.warmup_s
+        ):
+            raise ValueError(
+                f"sweep.ramp_warmup_s ({self.sweep.ramp_warmup_s:g} s) is longer than"
+                f" measurement.warmup_s ({self.measurement.warmup_s:g} s): it shortens the"
+                " warm-up of a probe that ramps, and cannot lengthen it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sessions_outside_the_early_stop(self) -> Spec:

@@ -56,7 +56,7 @@ from tokenwatt.schema.spec import SloSpec
 from tokenwatt.sim.api import TextSource
 from tokenwatt.sim.engine import EngineConfig, EngineCore, SimRequest
 from tokenwatt.sim.prefix_cache import block_hashes
-from tokenwatt.sweep import ProbePlan
+from tokenwatt.sweep import ProbePlan, warmup_when
 
 __all__ = ["VirtualProbe", "VirtualServer"]
 
@@ -217,6 +217,8 @@ class VirtualServer:
         if plan.variant and not self.workload.varies_content:
             raise ValueError("this workload has no content variants (real prompts or sessions)")
         stream = index if plan.stream is None else plan.stream
+        carry, self._carry = (self._carry if plan.ramp else None), None
+        warmup_s = warmup_when(plan, carried=carry is not None)
         w0 = round(warmup_s * _NS) / _NS
         w1 = (round(warmup_s * _NS) + round(window_s * _NS)) / _NS
         rule: EarlyStopRule | None = None
@@ -228,7 +230,6 @@ class VirtualServer:
                 needed = exceeding_to_fail(planned)
                 rule = EarlyStopRule.for_slo(slo, count_waiting=self.ignore_eos)
         t0_ns = self._clock_ns
-        carry, self._carry = (self._carry if plan.ramp else None), None
         run = _ProbeRun(
             self,
             rate_rps,
