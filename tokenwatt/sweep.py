@@ -81,11 +81,11 @@ probe starts near the steady state of a neighbouring rate, ``sweep.ramp_warmup_s
 shorter warm-up than one from idle. On the demo's scenario 10 s instead of 30 s took one run's
 median capacity error at 4,800 probe-seconds from 2.01 to 1.69 %; but after 10 s a window ramped
 up still reads the share of requests over the TPOT bound a few per cent low and one ramped down
-a few per cent high (within the noise of 800 chains), which flattens the slope a stream pair
-gives, and the demo's comparisons at 600 probe-seconds, though more often decisive, read the
-change about a point high and held it in 86-89 % of trials instead of 92-97 %: the demo's specs
-keep their 30 s (``benchmarks/README.md``, "A shorter warm-up after a ramp"). The short warm-up
-applies only where the probe does start on
+a few per cent high (within the noise of 800 chains), and the demo's comparisons at 600
+probe-seconds, though more often decisive, held the true change in 86-89 % of trials instead of
+92-97 % (with 20 s: 93 %, one comparison measured). The demo's specs keep their 30 s
+(``benchmarks/README.md``, "A shorter warm-up after a ramp"). The short warm-up applies only
+where the probe does start on
 carried requests (:func:`warmup_when`): a probe asked to ramp that finds nothing left running (a
 new worker pool, the first probe of a resumed run) warms up as from idle. The steady-state
 audit checks every window whatever its warm-up, and the capacity estimate leaves out the
