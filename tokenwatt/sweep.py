@@ -85,11 +85,10 @@ a few per cent high (within the noise of 800 chains), and the demo's comparisons
 probe-seconds, though more often decisive, held the true change in 86-89 % of trials instead of
 92-97 % (with 20 s: 93 %, one comparison measured). The demo's specs keep their 30 s
 (``benchmarks/README.md``, "A shorter warm-up after a ramp"). The short warm-up applies only
-where the probe does start on
-carried requests (:func:`warmup_when`): a probe asked to ramp that finds nothing left running (a
-new worker pool, the first probe of a resumed run) warms up as from idle. The steady-state
-audit checks every window whatever its warm-up, and the capacity estimate leaves out the
-verdicts of windows it finds short (:mod:`tokenwatt.capacity`).
+where the probe does start on carried requests (:func:`warmup_when`): a probe asked to ramp that
+finds nothing left running (a new worker pool, the first probe of a resumed run) warms up as
+from idle. The steady-state audit checks every window whatever its warm-up, and the capacity
+estimate leaves out the verdicts of windows it finds short (:mod:`tokenwatt.capacity`).
 
 The module decides; it never sends a request. :class:`Sweep` hands out :class:`ProbePlan` s and
 is told whether each passed, so the same code drives real measurements, the simulator and tests.
