@@ -30,14 +30,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenwatt.errors import RunFileError
 from tokenwatt.schema.run import PowerEvidence, PowerGap, PowerSample, ProbeRecord, RunFile
 from tokenwatt.schema.spec import MeasurementSpec, Spec
-from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan, Strategy, warmup_when
+from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan, Strategy, as_ramped, warmup_when
 
 __all__ = [
     "ResumeCheck",
@@ -149,10 +149,8 @@ def probe_seconds(record: ProbeRecord) -> float:
 
 
 def _same_plan(plan: ProbePlan, record: ProbeRecord, ramp_warmup_s: float | None) -> list[str]:
-    if record.ramp is not None and ramp_warmup_s is not None:
-        # It started on carried requests: it warmed up for sweep.ramp_warmup_s (tokenwatt.sweep).
-        plan = replace(plan, ramp=True, ramp_warmup_s=min(plan.warmup_s, ramp_warmup_s))
-    warmup_s = warmup_when(plan, carried=record.ramp is not None)
+    # A probe that started on carried requests warmed up for sweep.ramp_warmup_s.
+    warmup_s = warmup_when(as_ramped(plan, ramp_warmup_s), carried=record.ramp is not None)
     pairs: list[tuple[str, object, object]] = [
         ("phase", plan.phase, record.phase),
         ("attempt", plan.attempt, record.attempt),

@@ -109,6 +109,7 @@ __all__ = [
     "Strategy",
     "Sweep",
     "SweepResult",
+    "as_ramped",
     "make_strategy",
     "may_ramp",
     "ramped",
@@ -185,7 +186,15 @@ def ramped(
     """
     if not sweep.ramp or not may_ramp(previous, slo):
         return plan
-    short = None if sweep.ramp_warmup_s is None else min(plan.warmup_s, float(sweep.ramp_warmup_s))
+    return as_ramped(plan, sweep.ramp_warmup_s)
+
+
+def as_ramped(plan: ProbePlan, ramp_warmup_s: float | None) -> ProbePlan:
+    """``plan`` asked to ramp, with its warm-up on carried requests (:func:`warmup_when`).
+
+    That is ``ramp_warmup_s`` (``sweep.ramp_warmup_s``) at most its warm-up; None: its warm-up.
+    """
+    short = None if ramp_warmup_s is None else min(plan.warmup_s, float(ramp_warmup_s))
     return replace(plan, ramp=True, ramp_warmup_s=short)
 
 
