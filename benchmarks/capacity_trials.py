@@ -46,9 +46,13 @@ is computed once per spec and cached.
 from __future__ import annotations
 
 import argparse
+import gzip
+import hashlib
 import itertools
 import json
 import math
+import multiprocessing
+import pickle
 import statistics
 import sys
 import time
@@ -138,29 +142,61 @@ def truth_of(loaded: LoadedSpec, trials: list[PlanTrial], given: float | None = 
     return truth.true_capacity_rps
 
 
-def trials_of(loaded: LoadedSpec, seeds: list[int], quick: bool) -> list[PlanTrial]:
-    config = engine_config(loaded)
-    out = []
-    for seed in seeds:
-        t0 = time.process_time()
-        trial = run_trial(loaded, config, seed=seed, quick=quick)
-        est = trial.estimate
-        ci = tuple(round(v, 3) for v in est.ci_rps) if est.ci_rps else "unbounded"
-        print(
-            f"  seed {seed}: {est.capacity_rps and round(est.capacity_rps, 3)} {ci}"
-            f" {len(trial.probes)} probes {trial.total_seconds:.0f} probe-s"
-            f" ({time.process_time() - t0:.1f} s CPU)",
-            file=sys.stderr,
-            flush=True,
-        )
-        out.append(trial)
-    return out
+def _one_trial(job: tuple[LoadedSpec, int, bool, Path | None]) -> PlanTrial:
+    """One trial, from ``--cache`` when the same spec, seed and mode ran before."""
+    loaded, seed, quick, cache = job
+    path = None
+    if cache is not None:
+        key = hashlib.sha256(
+            f"{loaded.spec.model_dump_json()}|{loaded.trace_file}|{seed}|{quick}".encode()
+        ).hexdigest()[:20]
+        path = cache / f"trial-{key}.pickle.gz"
+        if path.exists():
+            with gzip.open(path, "rb") as f:
+                cached: PlanTrial = pickle.load(f)
+            return cached
+    t0 = time.process_time()
+    trial = run_trial(loaded, engine_config(loaded), seed=seed, quick=quick)
+    est = trial.estimate
+    ci = tuple(round(v, 3) for v in est.ci_rps) if est.ci_rps else "unbounded"
+    print(
+        f"  seed {seed}: {est.capacity_rps and round(est.capacity_rps, 3)} {ci}"
+        f" {len(trial.probes)} probes {trial.total_seconds:.0f} probe-s"
+        f" ({time.process_time() - t0:.1f} s CPU)",
+        file=sys.stderr,
+        flush=True,
+    )
+    if path is not None:
+        tmp = path.with_suffix(".tmp")
+        with gzip.open(tmp, "wb") as f:
+            pickle.dump(trial, f)
+        tmp.replace(path)
+    return trial
+
+
+def trials_of(
+    loaded: LoadedSpec,
+    seeds: list[int],
+    quick: bool,
+    *,
+    jobs: int = 1,
+    cache: Path | None = None,
+) -> list[PlanTrial]:
+    """One trial per seed, in ``jobs`` processes, each kept in ``cache`` (a directory) if given."""
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+    work = [(loaded, seed, quick, cache) for seed in seeds]
+    if jobs <= 1:
+        return [_one_trial(job) for job in work]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(_one_trial, work, chunksize=1)
 
 
 def accuracy(args: argparse.Namespace) -> dict[str, object]:
     loaded = configured(args.spec, args)
     spec = loaded.spec
-    trials = trials_of(loaded, list(range(args.seed, args.seed + args.trials)), args.quick)
+    seeds = list(range(args.seed, args.seed + args.trials))
+    trials = trials_of(loaded, seeds, args.quick, jobs=args.jobs, cache=args.cache)
     truth = truth_of(loaded, trials, args.truth)
     errors = [
         abs(t.estimate.capacity_rps - truth) / truth * 100
@@ -205,8 +241,8 @@ def compare(args: argparse.Namespace) -> dict[str, object]:
     loaded_b = configured(args.spec_b or args.spec, args, args.sim_b, args.sweep_b)
     spec_a = loaded_a.spec
     seeds = list(range(args.seed, args.seed + args.trials))
-    a = trials_of(loaded_a, seeds, args.quick)
-    b = trials_of(loaded_b, seeds, args.quick)
+    a = trials_of(loaded_a, seeds, args.quick, jobs=args.jobs, cache=args.cache)
+    b = trials_of(loaded_b, seeds, args.quick, jobs=args.jobs, cache=args.cache)
     truth_a = truth_of(loaded_a, a, args.truth)
     truth_b = truth_of(loaded_b, b, args.truth_b)
     true_change = (truth_b / truth_a - 1) * 100
@@ -265,7 +301,7 @@ def self_compare(args: argparse.Namespace) -> dict[str, object]:
     loaded = configured(args.spec, args)
     spec = loaded.spec
     seeds = list(range(args.seed, args.seed + 2 * args.trials))
-    trials = trials_of(loaded, seeds, args.quick)
+    trials = trials_of(loaded, seeds, args.quick, jobs=args.jobs, cache=args.cache)
     outcomes: Counter[str] = Counter()
     for ta, tb in zip(trials[0::2], trials[1::2], strict=True):
         # Other seeds: nothing to pair, as `tokenwatt report` does for such runs.
@@ -512,7 +548,16 @@ def main() -> None:
     ap.add_argument(
         "--bound", choices=["tpot", "ttft"], default="tpot", help="ramp-warmup: the bound counted"
     )
-    ap.add_argument("--jobs", type=int, default=2, help="ramp-warmup: processes")
+    ap.add_argument(
+        "--jobs", type=int, default=2, help="accuracy, compare, self, ramp-warmup: processes"
+    )
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        help="accuracy, compare, self: keep each trial here, keyed by its spec, seed and mode, and"
+        " reuse it (a comparison's baseline runs once for several candidates; one directory per"
+        " version of the code)",
+    )
     ap.add_argument(
         "--bracket", default="7.5,11.5", help="seeds: where each seed's bisection starts, req/s"
     )
