@@ -20,7 +20,10 @@ there. Three phases:
    estimate and its dispersion rests on :data:`PRECISION_MIN_DOF` degrees of freedom, or when
    ``budget_s`` (less a reserve for the confirmation) is spent, or, with no budget, after
    :data:`MAX_REFINE` probes. The budget counts every probe; a search that runs out of it
-   before bracketing the boundary confirms the highest rate that passed.
+   before bracketing the boundary confirms the highest rate that passed. A probe that will
+   ramp (``sweep.ramp``, from a probe that :func:`tokenwatt.sweep.may_ramp` allows) is costed
+   with ``sweep.ramp_warmup_s``, the warm-up it will run if it finds requests to carry, and so
+   are the confirmation's repeats in the reserve.
 3. **Confirm.** Always, even past the budget (the result's goodput is measured here). As the
    bisection protocol does (``repeats`` windows, backing off by
    ``backoff`` after a failed repeat), at the lower end of the interval (the estimate itself
@@ -55,7 +58,7 @@ from dataclasses import dataclass, field
 from tokenwatt.capacity import CapacityEstimate, estimate_capacity
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
-from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, SweepResult
+from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, SweepResult, may_ramp
 
 __all__ = [
     "CONFIRM_STREAM_BASE",
@@ -159,11 +162,30 @@ class AdaptiveSweep:
         """Probe-seconds so far."""
         return self._state.spent_s
 
+    def _ramp_warmup_s(self) -> float | None:
+        """A ramped probe's warm-up (``sweep.ramp_warmup_s``, at most the warm-up), if set."""
+        short = self._sweep.ramp_warmup_s
+        if not self._sweep.ramp or short is None:
+            return None
+        return min(float(self._m.warmup_s), float(short))
+
+    def _next_warmup_s(self) -> float:
+        """The warm-up the next probe is costed with: a ramped one's if it will ramp."""
+        short = self._ramp_warmup_s()
+        last = self._probes[-1] if self._probes else None
+        if short is not None and may_ramp(last, self._slo):
+            return short
+        return float(self._m.warmup_s)
+
     def _budget_left_s(self) -> float:
         budget = self._sweep.budget_s
         if budget is None:
             return math.inf
-        confirm = self._m.repeats * (self._m.warmup_s + self._m.window_s) * _CONFIRM_RESERVE
+        # A passing confirmation ramps from the probe before it; one that fails goes past the
+        # budget anyway (module docstring, "Confirm").
+        short = self._ramp_warmup_s()
+        warmup_s = float(self._m.warmup_s) if short is None else short
+        confirm = self._m.repeats * (warmup_s + self._m.window_s) * _CONFIRM_RESERVE
         return float(budget) - confirm - self._state.spent_s
 
     def next(self) -> ProbePlan | None:
@@ -242,7 +264,7 @@ class AdaptiveSweep:
         if st.lo is not None and st.hi is not None and st.lo < st.hi:
             self._start_refine()
             return
-        if self._budget_left_s() < self._m.warmup_s + self._m.search_window_s:
+        if self._budget_left_s() < self._next_warmup_s() + self._m.search_window_s:
             # Out of budget before the boundary was bracketed: confirm what passed, if anything.
             if st.lo is not None:
                 self._start_confirm(st.lo)
@@ -291,7 +313,7 @@ class AdaptiveSweep:
             and (estimate.dof or 0) >= PRECISION_MIN_DOF
             and not (self._pairs and st.refines % 2)  # a pair's second probe first
         )
-        out_of_time = self._budget_left_s() < self._m.warmup_s + self._m.window_s
+        out_of_time = self._budget_left_s() < self._next_warmup_s() + self._m.window_s
         capped = self._sweep.budget_s is None and st.refines >= MAX_REFINE
         if precise or out_of_time or capped:
             self._start_confirm(self._confirm_rate(estimate))

@@ -14,7 +14,7 @@ from tokenwatt.plan import engine_config, run_trial, trial_verdict, with_spec
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
 from tokenwatt.store import load_spec
-from tokenwatt.sweep import Sweep, make_strategy
+from tokenwatt.sweep import Sweep, make_strategy, ramped, warmup_when
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "specs" / "demo-sim.spec.yaml"
@@ -138,6 +138,37 @@ def test_the_budget_ends_the_refinement():
     assert 400 - 2 * 40 - 40 <= before_confirm <= 400 - 2 * 40
     assert sweep.estimate is not None
     assert sweep.estimate.capacity_rps == pytest.approx(10.0, rel=0.01)
+
+
+def test_a_budget_costs_ramped_probes_at_their_short_warm_up():
+    # With sweep.ramp_warmup_s a probe that ramps warms up for 3 s instead of 30: the budget
+    # check and the confirmation reserve cost it so, and the budget is spent. Costed at the full
+    # warm-up, refinement would stop with the reserve at 2 x 60 s and a 60 s probe still to fit:
+    # at most 600 - 120 - 60 + 33 = 453 probe-seconds before the confirmation.
+    slo = SloSpec(ttft_p99_ms=1000, tpot_p99_ms=40)
+    m = MeasurementSpec(warmup_s=30, window_s=30, search_window_s=15, repeats=2)
+    spec = SweepSpec(
+        strategy="adaptive", precision_pct=0.01, budget_s=600, ramp=True, ramp_warmup_s=3
+    )
+    sweep = AdaptiveSweep(spec, m, slo)
+    probes: list[ProbeRecord] = []
+    plans = []
+    spent_before_confirm = 0.0
+    while (plan := sweep.next()) is not None:
+        plan = ramped(plan, probes[-1] if probes else None, spec, slo)
+        plans.append(plan)
+        probe = _synthetic_probe(len(probes), plan)
+        probes.append(probe)
+        seconds = warmup_when(plan, carried=plan.ramp) + plan.window_s
+        if plan.phase != "confirm":
+            spent_before_confirm += seconds
+        sweep.observe(probe, seconds)
+    refines = [p for p in plans if p.phase == "refine"]
+    assert len(refines) > 10
+    assert all(p.ramp for p in refines)
+    reserve = 2 * (3 + 30)
+    assert 600 - reserve - 33 < spent_before_confirm <= 600 - reserve
+    assert sweep.spent_s <= 600
 
 
 def test_a_budget_is_spent_past_the_cap_on_refinement_probes():
