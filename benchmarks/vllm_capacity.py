@@ -14,27 +14,70 @@ answers.
     .venv/bin/python benchmarks/vllm_capacity.py --full     # 300 probe-seconds, ~7 min
     .venv/bin/python benchmarks/vllm_capacity.py --full --budget 900
     .venv/bin/python benchmarks/vllm_capacity.py --tpot-ms 100 --max-concurrency 1024  # TTFT binds
+    # a larger random Llama, so a decode step's time grows with the batch (see --model-dir)
+    .venv/bin/python benchmarks/vllm_capacity.py --model-dir /tmp/peers/models/small-llama/hf
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import yaml
-from loadgen_common import REPO, conditions, start_vllm
+from loadgen_common import PEERS, REPO, conditions, start_vllm
 from loadgen_vs_vllm_bench import confine_server
 
+from tests.peers import Peer, free_port
 from tokenwatt.capacity import probe_counts
 from tokenwatt.schema.run import RunFile
 from tokenwatt.store import load_run
 
 SPEC = REPO / "tests" / "data" / "vllm-tiny.spec.yaml"
 TOKENWATT = Path(sys.executable).with_name("tokenwatt")
+
+
+def start_vllm_model(model_dir: Path, timeout_s: float = 600.0) -> Peer:
+    """vLLM (CPU) serving ``model_dir`` as "tiny", as ``start-vllm-cpu.sh`` starts the tiny one.
+
+    The peer's script always serves the tiny model; this starts the same server, with the same
+    environment and arguments, on another model folder (``make-tiny-model.py --hidden ...``).
+    """
+    port = free_port()
+    env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_LOOPBACK_IP": "127.0.0.1",
+    }
+    log_path = Path(f"/tmp/peers/logs/vllm-cpu-{port}.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = [str(PEERS / "vllm-cli.sh"), "serve", str(model_dir), "--served-model-name", "tiny"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    argv += ["--max-model-len", "4096", "--no-enable-prefix-caching"]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    peer = Peer("vllm-cpu", port, proc.pid, group=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited ({proc.returncode}); see {log_path}")
+        try:
+            with urllib.request.urlopen(f"{peer.base_url}/health", timeout=2):
+                return peer
+        except OSError:
+            time.sleep(1)
+    peer.stop()
+    raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s; see {log_path}")
 
 
 def write_spec(
@@ -44,8 +87,19 @@ def write_spec(
     ttft_ms: float = 200.0,
     tpot_ms: float = 20.0,
     max_concurrency: int = 64,
+    model_dir: Path | None = None,
 ) -> None:
     data = yaml.safe_load(SPEC.read_text())
+    if model_dir is not None:
+        config = json.loads((model_dir / "config.json").read_text())
+        geometry = data["model"]["geometry"]
+        for key in geometry:
+            if key in config:
+                geometry[key] = config[key]
+        geometry["head_dim"] = config.get(
+            "head_dim", config["hidden_size"] // config["num_attention_heads"]
+        )
+        data["model"]["name"] = f"{model_dir.parent.name} (random weights)"
     data["engine"]["endpoint"] = f"{base_url}/v1"
     data["accuracy"]["suite"] = str((SPEC.parent / data["accuracy"]["suite"]).resolve())
     data["workload"].update(input_tokens=64, output_tokens=32)
@@ -99,6 +153,12 @@ def main() -> None:
     parser.add_argument(
         "--max-concurrency", type=int, default=64, help="measurement.max_concurrency"
     )
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        help="serve this HF model folder instead of the tiny one (make-tiny-model.py with a"
+        " larger --hidden/--layers: a decode step's time then grows with the batch)",
+    )
     parser.add_argument("--keep", type=Path, help="copy the run and result files here")
     parser.add_argument(
         "--show", type=Path, metavar="DIR", help="only print what --keep wrote to DIR"
@@ -111,7 +171,7 @@ def main() -> None:
         )
         return
     print(f"conditions at start: {conditions()}", flush=True)
-    vllm = start_vllm()
+    vllm = start_vllm() if args.model_dir is None else start_vllm_model(args.model_dir)
     try:
         server, clients = confine_server(vllm.pid)
         print(f"vLLM on CPU {sorted(server)}, tokenwatt on CPU {sorted(clients)}", flush=True)
@@ -124,6 +184,7 @@ def main() -> None:
                 args.ttft_ms,
                 args.tpot_ms,
                 args.max_concurrency,
+                args.model_dir,
             )
             argv = [str(TOKENWATT), "run", "--spec", str(spec), "--label", "vllm-cpu"]
             argv += ["--role", "baseline", "--out", str(run), "--no-accuracy"]
