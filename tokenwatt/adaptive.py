@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from tokenwatt.capacity import CapacityEstimate, estimate_capacity
 from tokenwatt.schema.run import ProbeRecord
 from tokenwatt.schema.spec import MeasurementSpec, SloSpec, SweepSpec
-from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, SweepResult, may_ramp
+from tokenwatt.sweep import MAX_DOWN_STEPS, ProbePlan, SweepResult, may_ramp, ramp_warmup
 
 __all__ = [
     "CONFIRM_STREAM_BASE",
@@ -164,10 +164,9 @@ class AdaptiveSweep:
 
     def _ramp_warmup_s(self) -> float | None:
         """A ramped probe's warm-up (``sweep.ramp_warmup_s``, at most the warm-up), if set."""
-        short = self._sweep.ramp_warmup_s
-        if not self._sweep.ramp or short is None:
+        if not self._sweep.ramp:
             return None
-        return min(float(self._m.warmup_s), float(short))
+        return ramp_warmup(self._m.warmup_s, self._sweep.ramp_warmup_s)
 
     def _next_warmup_s(self) -> float:
         """The warm-up the next probe is costed with: a ramped one's if it will ramp."""
