@@ -115,16 +115,21 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     Unit tests first, then the modules that need vLLM, then the rest; the vLLM servers start
     now, in the background, one after the other in the order their tests come (55-60 s each on
     a quiet box, twice that when two start at once), and each stops after the last test that
-    needs it (an idle vLLM still takes a tenth of a core). On pytest-xdist workers (``-n N --dist loadfile``, scripts/test's first part, which
-    leaves vLLM to the quiet part) the many short unit modules go last instead, to even out the
-    workers' ends, and a vLLM server starts only when a test asks for it. Whole modules move (a
-    stable sort), so module fixtures are set up once.
+    needs it (an idle vLLM still takes a tenth of a core). On pytest-xdist workers (``-n N
+    --dist loadfile --no-loadscope-reorder``, scripts/test's first part, which leaves vLLM to the
+    quiet part) the modules marked ``slow`` go first and the many short unit modules last, so the
+    workers end together (xdist's default order, most tests first, had left the one-test modules
+    of half a minute each for the end), and a vLLM server starts only when a test asks for it.
+    Whole modules move (a stable sort), so module fixtures are set up once.
     """
     from tests.peers import BackgroundStarts
 
     uses: dict[Path, set[str]] = {}
+    slow: set[Path] = set()
     for item in items:
         uses.setdefault(item.path, set()).update(_needs_vllm(item))
+        if item.get_closest_marker("slow") is not None:
+            slow.add(item.path)
     unit = REPO / "tests" / "unit"
     order = sorted(VLLM_STARTS, reverse=True)  # the prefix-caching server's modules first
     worker = _in_xdist_worker(session.config)
@@ -135,7 +140,7 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
             return 1, min(order.index(name) for name in used)
         if unit in item.path.parents:
             return (3 if worker else 0), 0
-        return 2, 0
+        return 2, (0 if worker and item.path in slow else 1)
 
     items.sort(key=rank)
     last = {name: i for i, item in enumerate(items) for name in _needs_vllm(item)}
