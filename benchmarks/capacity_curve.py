@@ -2,9 +2,10 @@
 
 The SLO capacity is where the *steady-state* p99 meets the bound (DESIGN.md: "the limit of long
 windows"), that is where the long-run fraction q(r) of requests over the bound crosses 1 %.
-``tokenwatt.plan.true_capacity`` approximates that limit by bisecting the median p99 of five
-1,200 s windows; the estimator (``tokenwatt.capacity``) targets q(r) = 1 % directly, pooling
-counts. Are they the same number, and how well is each known?
+``tokenwatt.plan.true_capacity`` approximates that limit by bisecting the p99 of five 1,200 s
+windows' requests taken together (until its version 3, the median of their five p99s); the
+estimator (``tokenwatt.capacity``) targets q(r) = 1 % directly, pooling counts. Are they the
+same number, and how well is each known?
 
 This script runs ``--seeds`` long windows (``--window`` s after ``--warmup`` s, workload seeds
 ``TRUTH_SEED_BASE`` + 0, 1, ..., so the first five are the truth's own windows) at each rate of
@@ -15,10 +16,12 @@ over, as the estimator counts them) and the window's p99s, and from them:
   1 %, by Firth's logistic fit in ln r over every window (the estimator's own model and fit,
   ``tokenwatt.capacity._logistic_mle``), and its 95 % interval by the bootstrap over seeds (a
   seed's windows at every rate resampled together: they share the seed's requests);
+- **pooled, 5 seeds**: the same fit of the first five seeds' windows only, as ``true_capacity``
+  judges a rate, and the same over five seeds drawn from all ``--seeds``: how far the truth of
+  ``tokenwatt plan`` moves with its seeds;
 - **median of 5**: the crossing of the bound by the median p99 of the first five seeds'
-  windows (log-linear between the grid's rates), as ``true_capacity`` defines the truth;
-- **median of 5, resampled**: the same over five seeds drawn from all ``--seeds``: how far the
-  truth's definition moves with its seeds.
+  windows (log-linear between the grid's rates), ``true_capacity``'s definition until its
+  version 3, and the same over five seeds drawn from all ``--seeds``.
 
 Windows are cached in ``--cache`` (JSON, keyed by rate and seed), so a wider grid or more seeds
 only runs what is new.
@@ -43,18 +46,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tokenwatt.capacity import TARGET_FRACTION, _logistic_mle, exceedance, slo_bounds  # noqa: E402
+from tokenwatt.capacity import TARGET_FRACTION, _logistic_mle, slo_bounds  # noqa: E402
 from tokenwatt.plan import (  # noqa: E402
     TRUTH_SEED_BASE,
     TRUTH_WARMUP_S,
     TRUTH_WINDOW_S,
-    _server,
     engine_config,
-    with_seed,
+    truth_window,
 )
 from tokenwatt.schema.spec import SloSpec  # noqa: E402
 from tokenwatt.store import load_spec  # noqa: E402
-from tokenwatt.sweep import ProbePlan  # noqa: E402
 
 BOUNDS = ("ttft", "tpot")
 """The first-token bound (TTFT, or TTFAT when the SLO names it) and TPOT."""
@@ -70,23 +71,23 @@ def _bounds(slo: SloSpec) -> dict[str, tuple[str, float]]:
 def window(
     spec_path: str, rate: float, seed: int, window_s: float, warmup_s: float
 ) -> dict[str, object]:
-    """One long window: per bound, requests counted, those over, and the window's p99."""
+    """One long window (``true_capacity``'s own): per bound, requests counted, those over, and
+    the window's p99."""
     loaded = load_spec(Path(spec_path))
-    config = engine_config(loaded)
-    spec = loaded.spec
-    server = _server(with_seed(loaded, seed), config, float(spec.measurement.request_timeout_s))
-    record = server.probe(
-        ProbePlan(phase="search", rate_rps=rate, warmup_s=warmup_s, window_s=window_s),
-        index=0,
-        slo=spec.slo,
-    ).record
-    assert record.requests is not None
-    out: dict[str, object] = {"rate": rate, "seed": seed}
-    p99 = {"ttft": record.first_token_ms(spec.slo.first_token).p99, "tpot": record.tpot_ms.p99}
-    for name, (column, limit) in _bounds(spec.slo).items():
-        n, k = exceedance(record.requests, column, limit)  # type: ignore[arg-type]
-        out[name] = {"n": n, "k": k, "p99": math.inf if p99[name] is None else p99[name]}
-    return out
+    w = truth_window(
+        loaded,
+        engine_config(loaded),
+        rate_rps=rate,
+        seed=seed,
+        window_s=window_s,
+        warmup_s=warmup_s,
+    )
+    return {
+        "rate": rate,
+        "seed": seed,
+        "ttft": {"n": w.first_token[0], "k": w.first_token[1], "p99": w.first_token_p99_ms},
+        "tpot": {"n": w.tpot[0], "k": w.tpot[1], "p99": w.tpot_p99_ms},
+    }
 
 
 def pooled_crossing(rates: np.ndarray, k: np.ndarray, n: np.ndarray) -> float | None:
@@ -170,13 +171,20 @@ def main() -> None:
     five = median_crossing(grid, p99[:, :5], bound_ms)
     every = median_crossing(grid, p99, bound_ms)
     rng = np.random.default_rng(0)
+    rates5 = np.repeat(np.array(grid), 5)
+    pooled5 = pooled_crossing(rates5, k[:, :5].ravel(), n[:, :5].ravel())
     boot_pooled: list[float] = []
+    boot_pooled5: list[float] = []
     boot_five: list[float] = []
     for _ in range(args.boot):
         pick = rng.integers(0, len(seeds), len(seeds))
         c = pooled_crossing(rates, k[:, pick].ravel(), n[:, pick].ravel())
         if c is not None:
             boot_pooled.append(c)
+        five_seeds = rng.choice(len(seeds), 5, replace=False)
+        c5 = pooled_crossing(rates5, k[:, five_seeds].ravel(), n[:, five_seeds].ravel())
+        if c5 is not None:
+            boot_pooled5.append(c5)
         m = median_crossing(grid, p99[:, pick[:5]], bound_ms)
         if m is not None:
             boot_five.append(m)
@@ -189,7 +197,9 @@ def main() -> None:
 
     print(f"\npooled crossing (Firth fit of every window): {pooled} req/s;", end="")
     print(f" bootstrap {ci(boot_pooled)}")
-    print(f"median p99 of the first 5 seeds crosses at {five} req/s (true_capacity's definition)")
+    print(f"pooled over the first 5 seeds: {pooled5} req/s (true_capacity's definition)")
+    print(f"pooled over 5 seeds drawn from {args.seeds}: {ci(boot_pooled5)}")
+    print(f"median p99 of the first 5 seeds crosses at {five} req/s (the definition until v3)")
     print(f"median p99 of all {args.seeds} seeds crosses at {every} req/s")
     print(f"median of 5 seeds drawn from {args.seeds}: {ci(boot_five)}")
 

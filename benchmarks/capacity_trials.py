@@ -27,8 +27,9 @@ benchmarks/README.md:
               lie, and the central 95 % of the medians of any 5 of them (how well the truth is
               known).
 
-The truth (``tokenwatt.plan.true_capacity``: bisection, 1,200 s windows, median p99 of 5 seeds)
-is computed once per spec and cached.
+The truth (``tokenwatt.plan.true_capacity``: bisection, the p99 of five seeds' 1,200 s windows
+pooled; until its version 3 the median of their p99s) is computed once per spec and cached;
+``--truth`` gives one measured before (``benchmarks/capacity_curve.py``'s brute force).
 
     .venv/bin/python benchmarks/capacity_trials.py accuracy --spec specs/demo-sim.spec.yaml \\
         --trials 20 --strategy bisect

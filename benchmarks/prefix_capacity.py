@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--shares", default="0,0.5,0.9", help="shared fractions of the prompt")
     ap.add_argument("--window", type=float, default=120.0, help="truth window, s")
     ap.add_argument("--warmup", type=float, default=30.0, help="truth warm-up, s")
-    ap.add_argument("--seeds", type=int, default=3, help="truth seeds (median p99)")
+    ap.add_argument("--seeds", type=int, default=3, help="truth seeds (their windows pooled)")
     ap.add_argument("--tolerance", type=float, default=0.01, help="truth bisection precision")
     args = ap.parse_args()
     base = load_spec(args.spec)

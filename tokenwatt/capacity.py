@@ -91,7 +91,7 @@ from typing import Literal
 import numpy as np
 
 from tokenwatt.audits import STEADY_STATE_SHORTFALL_PCT
-from tokenwatt.metrics import TableColumn, table_column
+from tokenwatt.metrics import TableColumn, exceeding_to_fail, table_column
 from tokenwatt.schema.run import ProbeRecord, RequestTable
 from tokenwatt.schema.spec import SloSpec
 
@@ -316,10 +316,7 @@ def _probe_counts(
             if n == 0:
                 continue
             if stop is None:
-                # Nearest rank: p99 <= bound exactly when at most n - ceil(0.99 n) values
-                # exceed it.
-                allowed = n - max(1, math.ceil(round(0.99 * n, 9)))
-                passed = k <= allowed
+                passed = k < exceeding_to_fail(n)  # the nearest-rank p99 is within the bound
             elif stop.outcome == "pass":
                 passed = True
             else:

@@ -10,11 +10,18 @@ the estimates fall from the truth and how often their intervals hold it: the sam
 the estimator for ``benchmarks/README.md``.
 
 **Ground truth** (methodology, "SLO capacity"): the steady-state capacity, found by bisection
-on the rate, each rate judged by the median over ``seeds`` workload seeds of the p99 TTFT and
-TPOT of one ``window_s`` window after ``warmup_s`` (defaults: 1,200 s windows, 5 seeds, bisected
-to 0.2 %). It costs minutes of CPU, so it is cached (under ``~/.cache/tokenwatt/truth`` or
-``$TOKENWATT_CACHE``) keyed by what decides it: the engine, model, workload, SLO and those
-settings.
+on the rate, each rate judged by the p99 TTFT and TPOT of the requests of ``seeds`` windows
+taken together (one ``window_s`` window after ``warmup_s`` per workload seed; defaults: 1,200 s
+windows, 5 seeds, bisected to 0.2 %): the limit of long windows, as the estimator's fit reads
+it. (Until version 3 each rate was judged by the median of the seeds' own p99s: a typical
+window, which on a scenario whose tail is rare, large queue episodes sees none and reads the
+capacity high, 9.29 against the long run's 8.77 req/s on ``specs/sim-seed-full.spec.yaml``.)
+Five seeds know it to about ±2 % on the demo and ±5 % on the seed's full spec, where a queue
+episode is rare and large (95 % of five-seed draws from sixty and twenty, benchmarks/README.md);
+``tokenwatt plan --truth-seeds N`` pools more, and the benchmarks measure against brute-force
+crossings of many (``benchmarks/capacity_curve.py``). It costs minutes of CPU, so it is cached
+(under ``~/.cache/tokenwatt/truth`` or ``$TOKENWATT_CACHE``) keyed by what decides it: the
+engine, model, workload, SLO and those settings.
 
 **Minimum detectable effect.** Trials are paired (trial 2i against trial 2i + 1: the same
 configuration, other seeds) and compared with the verdict's own joint fit
@@ -49,12 +56,14 @@ from tokenwatt.capacity import (
     CapacityEstimate,
     RelativeCapacity,
     estimate_capacity,
+    exceedance,
     pct_of_log_ratio,
     relative_capacity,
 )
 from tokenwatt.errors import InputError
 from tokenwatt.figures import search_phases
 from tokenwatt.load.workload import build_workload
+from tokenwatt.metrics import exceeding_to_fail
 from tokenwatt.schema.base import StrictModel
 from tokenwatt.schema.result import Verdict
 from tokenwatt.schema.run import ProbeRecord
@@ -66,15 +75,19 @@ from tokenwatt.sweep import ProbePlan, SweepResult, make_strategy, ramped
 
 __all__ = [
     "PAIRED_CANDIDATE_BANDWIDTH",
+    "TRUTH_SEEDS",
     "TRUTH_SEED_BASE",
     "PlanSummary",
     "PlanTrial",
     "TruthResult",
+    "TruthWindow",
     "engine_config",
     "plan",
+    "pooled_p99_within",
     "run_trial",
     "trial_verdict",
     "true_capacity",
+    "truth_window",
     "with_seed",
     "with_spec",
 ]
@@ -89,7 +102,7 @@ TRUTH_SEEDS = 5
 TRUTH_TOLERANCE = 0.002
 TRUTH_SEED_BASE = 7000
 """The truth's workload seeds are TRUTH_SEED_BASE, TRUTH_SEED_BASE + 1, ...: none a trial uses."""
-_TRUTH_VERSION = 2  # 2: the simulated engine has a prefix cache
+_TRUTH_VERSION = 3  # 2: the simulated engine has a prefix cache; 3: the seeds' requests pooled
 
 
 def engine_config(loaded: LoadedSpec) -> EngineConfig:
@@ -206,12 +219,19 @@ class TruthStep(StrictModel):
     """One rate of the truth's bisection."""
 
     rate_rps: float
+    ttft_over_pct: float = Field(
+        description="Share of all the seeds' window requests over the first-token bound (TTFT,"
+        " or TTFAT where the SLO bounds it), failed ones included, %: what the verdict reads"
+    )
+    tpot_over_pct: float = Field(description="The same over the TPOT bound, %")
     ttft_p99_ms: float = Field(
-        description="Median over the seeds of one window's p99 first-token time (TTFT, or"
-        " TTFAT where the SLO bounds it)"
+        description="Median over the seeds of one window's p99 first-token time (shown beside"
+        " the verdict: the definition before version 3, which read queue-bound scenarios high)"
     )
     tpot_p99_ms: float
-    passed: bool
+    passed: bool = Field(
+        description="The p99 of all the seeds' window requests together meets both bounds"
+    )
 
 
 class TruthResult(StrictModel):
@@ -252,7 +272,21 @@ def _truth_key(
     return hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _truth_window_p99s(
+@dataclass(frozen=True)
+class TruthWindow:
+    """One truth window's figures (one workload seed at one rate)."""
+
+    first_token: tuple[int, int]
+    """(requests counted, requests over the first-token bound), as the estimator counts them
+    (:func:`tokenwatt.capacity.exceedance`)."""
+    tpot: tuple[int, int]
+    """The same for the TPOT bound."""
+    first_token_p99_ms: float
+    """This window's own p99 (+inf: no value, e.g. every request failed)."""
+    tpot_p99_ms: float
+
+
+def truth_window(
     loaded: LoadedSpec,
     config: EngineConfig,
     *,
@@ -260,12 +294,8 @@ def _truth_window_p99s(
     seed: int,
     window_s: float = TRUTH_WINDOW_S,
     warmup_s: float = TRUTH_WARMUP_S,
-) -> tuple[float, float]:
-    """(p99 first-token time, p99 TPOT), ms, of one truth window with workload seed ``seed``.
-
-    What :func:`true_capacity` judges each rate by, one seed at a time (+inf: no value, e.g.
-    every request failed).
-    """
+) -> TruthWindow:
+    """One truth window with workload seed ``seed``: what :func:`true_capacity` pools."""
     spec = loaded.spec
     server = _server(with_seed(loaded, seed), config, float(spec.measurement.request_timeout_s))
     record = server.probe(
@@ -275,7 +305,33 @@ def _truth_window_p99s(
     ).record
     first = record.first_token_ms(spec.slo.first_token).p99
     tpot = record.tpot_ms.p99
-    return (math.inf if first is None else first, math.inf if tpot is None else tpot)
+    assert record.requests is not None  # a virtual probe keeps its request table
+    return TruthWindow(
+        first_token=exceedance(
+            record.requests, spec.slo.first_token_column, spec.slo.first_token_p99_ms
+        ),
+        tpot=exceedance(record.requests, "tpot_ms", spec.slo.tpot_p99_ms),
+        first_token_p99_ms=math.inf if first is None else first,
+        tpot_p99_ms=math.inf if tpot is None else tpot,
+    )
+
+
+def pooled_p99_within(counts: Sequence[tuple[int, int]]) -> bool:
+    """Whether the p99 of several windows' requests taken together is within a bound (pure).
+
+    ``counts``: each window's (requests counted, requests over the bound). The truth's verdict
+    on a rate: the long run's p99, not a typical window's, so that a rare, large queue episode
+    counts for the requests it holds (median p99s of five windows read the seed's full spec
+    5.6 % high, benchmarks/README.md).
+    """
+    n = sum(c[0] for c in counts)
+    k = sum(c[1] for c in counts)
+    return n > 0 and k < exceeding_to_fail(n)
+
+
+def _over_pct(counts: Sequence[tuple[int, int]]) -> float:
+    n = sum(c[0] for c in counts)
+    return 100.0 * sum(c[1] for c in counts) / n if n else 100.0
 
 
 def true_capacity(
@@ -309,10 +365,8 @@ def true_capacity(
     steps: list[TruthStep] = []
 
     def judge(rate: float) -> bool:
-        ttft: list[float] = []
-        tpot: list[float] = []
-        for s in range(seeds):
-            first, per_token = _truth_window_p99s(
+        windows = [
+            truth_window(
                 loaded,
                 config,
                 rate_rps=rate,
@@ -320,21 +374,25 @@ def true_capacity(
                 window_s=window_s,
                 warmup_s=warmup_s,
             )
-            ttft.append(first)
-            tpot.append(per_token)
+            for s in range(seeds)
+        ]
+        first = [w.first_token for w in windows]
+        per_token = [w.tpot for w in windows]
         step = TruthStep(
             rate_rps=rate,
-            ttft_p99_ms=statistics.median(ttft),
-            tpot_p99_ms=statistics.median(tpot),
-            passed=statistics.median(ttft) <= spec.slo.first_token_p99_ms
-            and statistics.median(tpot) <= spec.slo.tpot_p99_ms,
+            ttft_over_pct=_over_pct(first),
+            tpot_over_pct=_over_pct(per_token),
+            ttft_p99_ms=statistics.median(w.first_token_p99_ms for w in windows),
+            tpot_p99_ms=statistics.median(w.tpot_p99_ms for w in windows),
+            passed=pooled_p99_within(first) and pooled_p99_within(per_token),
         )
         steps.append(step)
         logger.info(
-            "truth: %.4f req/s: median p99 TTFT %.1f ms, TPOT %.2f ms: %s",
+            "truth: %.4f req/s: %.3f %% of requests over the first-token bound, %.3f %% over"
+            " TPOT's: %s",
             rate,
-            step.ttft_p99_ms,
-            step.tpot_p99_ms,
+            step.ttft_over_pct,
+            step.tpot_over_pct,
             "pass" if step.passed else "fail",
         )
         if progress is not None:
@@ -381,6 +439,10 @@ class PlanSummary(StrictModel):
     trials: int
     quick: bool
     true_capacity_rps: float | None = Field(description="The engine's steady-state capacity")
+    truth_seeds: int | None = Field(
+        default=None,
+        description="Workload seeds (1,200 s windows each) the truth pooled; null = no truth",
+    )
     capacity_rps: float | None = Field(description="Median estimate")
     capacity_ci_rps: list[float] | None = Field(
         description="Median [low, high] of the trials' 95 % intervals (bounded ones)"
@@ -488,12 +550,15 @@ def plan(
     strategy: SweepStrategy | None = None,
     quick: bool = False,
     truth: bool = True,
+    truth_seeds: int = TRUTH_SEEDS,
     progress: Callable[[PlanTrial], None] | None = None,
     truth_progress: Callable[[TruthStep], None] | None = None,
 ) -> PlanSummary:
     """Run ``trials`` virtual sweeps of a spec and summarise them (see the module docstring)."""
     if trials < 1:
         raise InputError("--trials must be at least 1")
+    if truth_seeds < 1:
+        raise InputError("--truth-seeds must be at least 1")
     if strategy is not None:
         loaded = with_sweep(loaded, strategy=strategy)
     spec = loaded.spec
@@ -513,6 +578,7 @@ def plan(
             loaded,
             config,
             bracket_rps=(centre * 0.9, centre * 1.1),
+            seeds=truth_seeds,
             progress=truth_progress,
         ).true_capacity_rps
     mdes: list[float] = []
@@ -556,6 +622,7 @@ def plan(
         trials=trials,
         quick=quick,
         true_capacity_rps=truth_rps,
+        truth_seeds=truth_seeds if truth_rps is not None else None,
         capacity_rps=_median(estimates),
         capacity_ci_rps=[statistics.median(lows), statistics.median(highs)] if bounded else None,
         unbounded_intervals=sum(1 for r in runs if r.estimate.ci_rps is None),

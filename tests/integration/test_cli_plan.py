@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.measure_cli import load_spec_dict, write_spec
+from tests.measure_cli import error_lines, load_spec_dict, write_spec
 
 
 def _plan(repo: Path, spec: Path) -> dict[str, object]:
@@ -66,3 +66,14 @@ def test_plan_says_what_a_paired_comparison_resolves(repo):
     assert isinstance(summary["mde_pct"], float)
     assert isinstance(summary["paired_mde_pct"], float)
     assert 0 < summary["paired_mde_pct"] < summary["mde_pct"]
+
+
+def test_a_truth_of_no_seeds_is_refused_before_any_sweep(repo):
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "plan", "specs/demo-sim.spec.yaml", "--truth-seeds",
+         "0", "--json"],
+        cwd=repo, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert error_lines(done.stderr) == ["InputError: --truth-seeds must be at least 1"]
+    assert done.stdout == ""
