@@ -23,6 +23,11 @@ over, as the estimator counts them) and the window's p99s, and from them:
   windows (log-linear between the grid's rates), ``true_capacity``'s definition until its
   version 3, and the same over five seeds drawn from all ``--seeds``.
 
+With ``--oracle``, what a design placed by an oracle would read from a few of these windows:
+``K`` windows at each of two grid rates (draws without replacement), fitted as the estimator
+fits them, against the pooled crossing of all the windows. A sweep must also find where to put
+them, so this bounds what any sweep of that many window-seconds can do on the scenario.
+
 Windows are cached in ``--cache`` (JSON, keyed by rate and seed), so a wider grid or more seeds
 only runs what is new.
 
@@ -128,6 +133,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/capacity_curve.json"))
+    ap.add_argument(
+        "--oracle", action="store_true", help="also: what a few windows placed by an oracle read"
+    )
     args = ap.parse_args()
     grid = sorted(float(r) for r in args.rates.split(","))
     seeds = [TRUTH_SEED_BASE + s for s in range(args.seeds)]
@@ -202,6 +210,41 @@ def main() -> None:
     print(f"median p99 of the first 5 seeds crosses at {five} req/s (the definition until v3)")
     print(f"median p99 of all {args.seeds} seeds crosses at {every} req/s")
     print(f"median of 5 seeds drawn from {args.seeds}: {ci(boot_five)}")
+    if args.oracle and pooled is not None:
+        oracle(grid, k, n, pooled, rng)
+
+
+def oracle(grid: list[float], k: np.ndarray, n: np.ndarray, truth: float, rng: Any) -> None:
+    """What a few windows placed by an oracle read (module docstring, ``--oracle``)."""
+    draws = 1000
+    print(f"\noracle designs ({draws} draws each, error against {truth:.3f} req/s):")
+    for count in (1, 2, 4):
+        for i in range(len(grid) - 1):
+            for j in (i + 1, i + 2):
+                if j >= len(grid):
+                    continue
+                errors, none = [], 0
+                for _ in range(draws):
+                    a = rng.choice(k.shape[1], count, replace=False)
+                    b = rng.choice(k.shape[1], count, replace=False)
+                    c = pooled_crossing(
+                        np.repeat([grid[i], grid[j]], count),
+                        np.concatenate([k[i, a], k[j, b]]),
+                        np.concatenate([n[i, a], n[j, b]]),
+                    )
+                    if c is None or not math.isfinite(c):
+                        none += 1
+                    else:
+                        errors.append(100 * (c / truth - 1))
+                line = f"  {count} x {grid[i]:g} + {count} x {grid[j]:g} req/s:"
+                if errors:
+                    q25, q75 = np.quantile(errors, [0.25, 0.75])
+                    line += (
+                        f" median |error| {statistics.median(abs(e) for e in errors):.2f} %,"
+                        f" median {statistics.median(errors):+.2f} %, quartiles {q25:+.1f} /"
+                        f" {q75:+.1f} %,"
+                    )
+                print(f"{line} no fit in {none} of {draws}")
 
 
 if __name__ == "__main__":
