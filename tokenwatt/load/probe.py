@@ -80,7 +80,7 @@ from tokenwatt.schema.run import (
     ProbeRecord,
 )
 from tokenwatt.schema.spec import EngineSpec, LoadClusterSpec, SloSpec
-from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan
+from tokenwatt.sweep import RERUN_STREAM_STEP, ProbePlan, warmup_when
 
 __all__ = [
     "EVENTS_PER_WORKER",
@@ -412,12 +412,7 @@ class LoadGenerator:
             TokenwattError: a worker process failed.
             ValueError: a content variant the workload does not have.
         """
-        phase, rate_rps, warmup_s, window_s = (
-            plan.phase,
-            plan.rate_rps,
-            plan.warmup_s,
-            plan.window_s,
-        )
+        phase, rate_rps, window_s = plan.phase, plan.rate_rps, plan.window_s
         attempt, repeat = plan.attempt, plan.repeat
         early_stop, certify_pass = plan.early_stop, plan.certify_pass
         if plan.variant and not self.workload.varies_content:
@@ -436,7 +431,7 @@ class LoadGenerator:
                 index=index,
                 phase=phase,
                 rate_rps=rate_rps,
-                warmup_s=warmup_s,
+                plan=plan,
                 window_s=window_s,
                 slo=slo,
                 attempt=attempt,
@@ -444,8 +439,6 @@ class LoadGenerator:
                 keep_requests=keep_requests,
                 early_stop=early_stop,
                 certify_pass=certify_pass,
-                ramp=plan.ramp,
-                ramp_warmup_s=plan.ramp_warmup_s,
             )
             pacing_bound = record.client_bound and not (
                 record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
@@ -476,7 +469,7 @@ class LoadGenerator:
         index: int,
         phase: ProbePhase,
         rate_rps: float,
-        warmup_s: float,
+        plan: ProbePlan,
         window_s: float,
         slo: SloSpec,
         attempt: int,
@@ -484,16 +477,14 @@ class LoadGenerator:
         keep_requests: bool,
         early_stop: bool = False,
         certify_pass: bool = False,
-        ramp: bool = False,
-        ramp_warmup_s: float | None = None,
     ) -> ProbeRecord:
         pool = await self._ensure_pool(workers)
         if pool is not None:
             workers = len(pool)  # a cluster short of nodes may grant fewer actors
+        ramp = plan.ramp
         ramp_from = self._left_running if ramp else None
         self._left_running = None
-        if ramp_from is not None and ramp_warmup_s is not None:
-            warmup_s = ramp_warmup_s  # it does start on carried requests (sweep.ramp_warmup_s)
+        warmup_s = warmup_when(plan, carried=ramp_from is not None)
         rule: EarlyStopRule | None = None
         tally: ExceedTally | None = None
         lost_reasons: list[str] = []
