@@ -15,9 +15,9 @@ taken together (one ``window_s`` window after ``warmup_s`` per workload seed; de
 windows, 5 seeds, bisected to 0.2 %): the limit of long windows, as the estimator's fit reads
 it. (Until version 3 each rate was judged by the median of the seeds' own p99s: a typical
 window, which on a scenario whose tail is rare, large queue episodes sees none and reads the
-capacity high, 9.29 against the long run's 8.77 req/s on ``specs/sim-seed-full.spec.yaml``.)
-Five seeds know it to about ±2 % on the demo and ±5 % on the seed's full spec, where a queue
-episode is rare and large (95 % of five-seed draws from sixty and twenty, benchmarks/README.md);
+capacity high, 9.29 against the long run's 8.70 req/s on ``specs/sim-seed-full.spec.yaml``.)
+Five seeds know it to about ±2 % on the demo and ±6 % on the seed's full spec, where a queue
+episode is rare and large (95 % of five-seed draws from sixty, benchmarks/README.md);
 ``tokenwatt plan --truth-seeds N`` pools more, and the benchmarks measure against brute-force
 crossings of many (``benchmarks/capacity_curve.py``). It costs minutes of CPU, so it is cached
 (under ``~/.cache/tokenwatt/truth`` or ``$TOKENWATT_CACHE``) keyed by what decides it: the

@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help=f"workload seeds whose 1,200 s windows the truth pools at each rate (default"
         f" {TRUTH_SEEDS}: the demo's truth to about ±2 %%, a scenario whose tail is rare queue"
-        " episodes to about ±5 %%; the CPU grows with N)",
+        " episodes to about ±6 %%; the CPU grows with N)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
