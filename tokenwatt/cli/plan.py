@@ -116,7 +116,15 @@ def run(args: argparse.Namespace) -> int:
         ("probes", f"{summary.probes:g}"),
         ("minimum detectable effect, other seeds, %", _fmt(summary.mde_pct, ".1f")),
         ("minimum detectable effect, same seed (paired), %", _fmt(summary.paired_mde_pct, ".1f")),
-        ("engine's true capacity, req/s", _fmt(summary.true_capacity_rps)),
+        (
+            "engine's true capacity, req/s"
+            + (
+                f" ({summary.truth_seeds} seed{'s' if summary.truth_seeds > 1 else ''} pooled)"
+                if summary.truth_seeds
+                else ""
+            ),
+            _fmt(summary.true_capacity_rps),
+        ),
         ("median |error| vs truth, %", _fmt(summary.median_abs_error_pct, ".1f")),
         (
             "intervals holding the truth",
