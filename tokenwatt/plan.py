@@ -400,9 +400,11 @@ def true_capacity(
         return step.passed
 
     lo, hi = bracket_rps
+    lowered = False
     while not judge(lo):
         hi, lo = lo, lo / 1.25
-    while judge(hi):
+        lowered = True
+    while not lowered and judge(hi):  # once lowered, hi is a rate just judged failing
         lo, hi = hi, hi * 1.25
     while hi / lo - 1.0 > tolerance:
         mid = math.sqrt(lo * hi)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from tokenwatt.plan import TruthResult, engine_config, true_capacity
 from tokenwatt.store import load_spec
 
@@ -52,3 +54,24 @@ def test_an_unreadable_cache_file_is_recomputed_and_replaced(tmp_path, monkeypat
 
 def _fail(step: object) -> None:
     raise AssertionError(f"bisected again: {step}")
+
+
+def test_a_bracket_above_the_truth_is_lowered_without_judging_a_rate_twice(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENWATT_CACHE", str(tmp_path))
+    loaded = load_spec(SPEC)
+    config = engine_config(loaded)
+    truth = _truth(loaded, config).true_capacity_rps
+    high = true_capacity(
+        loaded,
+        config,
+        bracket_rps=(truth * 2.0, truth * 4.0),
+        window_s=10.0,
+        warmup_s=2.0,
+        seeds=1,
+        tolerance=0.05,
+        cache=False,
+    )
+    rates = [step.rate_rps for step in high.steps]
+    assert not high.steps[0].passed  # the bracket's low end failed, so it was lowered
+    assert len(rates) == len(set(rates)), rates
+    assert high.true_capacity_rps == pytest.approx(truth, rel=0.1)

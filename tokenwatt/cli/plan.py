@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from typing import get_args
 
 from rich.table import Table
@@ -69,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     loaded = store.load_spec(spec_path)
     err = err_console()
     quiet = args.json
+    if not getattr(args, "verbose", 0):
+        # The progress lines below say what tokenwatt's INFO log lines would (each truth step
+        # was printed twice), so they stay out of the way unless asked for with -v.
+        logging.getLogger("tokenwatt").setLevel(logging.WARNING)
 
     def on_trial(trial: PlanTrial) -> None:
         if quiet:
