@@ -75,7 +75,6 @@ from tokenwatt.schema.run import (
     LoadActor,
     LoadCluster,
     LoadNode,
-    ProbePhase,
     ProbeRamp,
     ProbeRecord,
 )
@@ -412,9 +411,7 @@ class LoadGenerator:
             TokenwattError: a worker process failed.
             ValueError: a content variant the workload does not have.
         """
-        phase, rate_rps, window_s = plan.phase, plan.rate_rps, plan.window_s
-        attempt, repeat = plan.attempt, plan.repeat
-        early_stop, certify_pass = plan.early_stop, plan.certify_pass
+        rate_rps = plan.rate_rps
         if plan.variant and not self.workload.varies_content:
             raise ValueError("this workload has no content variants (real prompts or sessions)")
         base_stream = index if plan.stream is None else plan.stream
@@ -429,16 +426,9 @@ class LoadGenerator:
                 stream=self.last_stream,
                 variant=plan.variant,
                 index=index,
-                phase=phase,
-                rate_rps=rate_rps,
                 plan=plan,
-                window_s=window_s,
                 slo=slo,
-                attempt=attempt,
-                repeat=repeat,
                 keep_requests=keep_requests,
-                early_stop=early_stop,
-                certify_pass=certify_pass,
             )
             pacing_bound = record.client_bound and not (
                 record.slot_wait_s > 0 and len(record.client_bound_reasons) == 1
@@ -467,17 +457,12 @@ class LoadGenerator:
         stream: int,
         variant: int,
         index: int,
-        phase: ProbePhase,
-        rate_rps: float,
         plan: ProbePlan,
-        window_s: float,
         slo: SloSpec,
-        attempt: int,
-        repeat: int | None,
         keep_requests: bool,
-        early_stop: bool = False,
-        certify_pass: bool = False,
     ) -> ProbeRecord:
+        phase, rate_rps, window_s = plan.phase, plan.rate_rps, plan.window_s
+        early_stop, certify_pass = plan.early_stop, plan.certify_pass
         pool = await self._ensure_pool(workers)
         if pool is not None:
             workers = len(pool)  # a cluster short of nodes may grant fewer actors
@@ -605,8 +590,8 @@ class LoadGenerator:
             index=index,
             phase=phase,
             rate_rps=rate_rps,
-            attempt=attempt,
-            repeat=repeat,
+            attempt=plan.attempt,
+            repeat=plan.repeat,
             warmup_s=warmup_s,
             window_s=window_s,
             started_utc=started,
