@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 
 from rich.console import Console
@@ -10,7 +11,14 @@ from rich.markup import escape
 
 from tokenwatt.schema.result import RESULT_ID_MAX_CHARS, RESULT_ID_PATTERN
 
-__all__ = ["err_console", "escape", "out_console", "result_id_arg", "text_arg"]
+__all__ = [
+    "err_console",
+    "escape",
+    "out_console",
+    "progress_replaces_info_log",
+    "result_id_arg",
+    "text_arg",
+]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_TEXT_CHARS = 500
@@ -50,3 +58,13 @@ def out_console() -> Console:
 def err_console() -> Console:
     """Console on stderr, for messages about the command."""
     return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def progress_replaces_info_log(args: argparse.Namespace) -> None:
+    """Keep tokenwatt's INFO log lines off stderr unless asked for with ``-v``.
+
+    For a command whose own progress lines say what those log lines would, so that nothing is
+    printed twice.
+    """
+    if not getattr(args, "verbose", 0):
+        logging.getLogger("tokenwatt").setLevel(logging.WARNING)

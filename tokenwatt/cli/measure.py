@@ -28,7 +28,13 @@ from rich.text import Text
 from typing_extensions import override
 
 from tokenwatt import redact, store
-from tokenwatt.cli._common import err_console, escape, out_console, text_arg
+from tokenwatt.cli._common import (
+    err_console,
+    escape,
+    out_console,
+    progress_replaces_info_log,
+    text_arg,
+)
 from tokenwatt.measure import TERMINATED, MeasureOptions, Progress, measure
 from tokenwatt.report import quote_arg
 from tokenwatt.schema.base import Role
@@ -387,10 +393,7 @@ def run(args: argparse.Namespace) -> int:
         ray_address=args.ray,
     )
     err = err_console()
-    if not getattr(args, "verbose", 0):
-        # The progress display (or the JSON events) reports what tokenwatt's INFO log lines
-        # would say, so they stay out of the way unless asked for with -v.
-        logging.getLogger("tokenwatt").setLevel(logging.WARNING)
+    progress_replaces_info_log(args)  # the progress display, or the JSON events
     progress: Progress
     rate_unit = "sessions/s" if spec.workload.sessions is not None else "req/s"
     if args.json_log:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from typing import get_args
 
 from rich.table import Table
 
 from tokenwatt import store
-from tokenwatt.cli._common import err_console, escape, out_console
+from tokenwatt.cli._common import err_console, escape, out_console, progress_replaces_info_log
 from tokenwatt.plan import TRUTH_SEEDS, PlanTrial, TruthStep, plan
 from tokenwatt.schema.spec import SweepStrategy
 
@@ -70,10 +69,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = store.load_spec(spec_path)
     err = err_console()
     quiet = args.json
-    if not getattr(args, "verbose", 0):
-        # The progress lines below say what tokenwatt's INFO log lines would (each truth step
-        # was printed twice), so they stay out of the way unless asked for with -v.
-        logging.getLogger("tokenwatt").setLevel(logging.WARNING)
+    progress_replaces_info_log(args)  # the trial and truth lines below
 
     def on_trial(trial: PlanTrial) -> None:
         if quiet:
