@@ -93,6 +93,7 @@ QUIET_MODULES = frozenset(
         "test_probe_cancel",  # Ctrl-C honoured within a second
         "test_probe_nginx",  # client-bound or not, by send lag
         "test_client_nginx",
+        "test_client_reasoning",  # the answer's first token 200 ms after the reasoning's, to 5 ms
         "power/test_redfish",  # sampling at 10 Hz across a BMC outage
         "test_ray_load",  # latencies from Ray actors against local workers to 5 %; Ctrl-C
     )
