@@ -5,6 +5,7 @@ Read-only: it never changes clocks, power limits, application clocks or persiste
 only NVML calls are queries (power, energy, reasons, limits, names, clocks).
 
     python benchmarks/nvml_probe.py [--seconds 30] [--hz 10] [--gpus 0] [--out probe.json]
+    python benchmarks/nvml_probe.py --analyse probe.json     # the figures of a saved run again
 
 Phases: idle 5 s, load (seconds - 10) s, idle 5 s. The load is a bf16 8192^3 matrix product in
 a loop on every GPU in use, through PyTorch if it imports, else CuPy; with neither, the run is
@@ -14,8 +15,10 @@ pyyaml); see benchmarks/README.md for carrying them to a machine without a netwo
 
 Prints, per phase: samples, mean/max board power (sum over the GPUs in use), throttle counts;
 for the load phase energy by counter difference and by integral of power and how far apart they
-are; the enforced power limit; how often the power reading changes; and the inventory (names,
-driver, memory, bus width, max memory clock, rated bandwidth and its source).
+are; the enforced power limit; how often the power reading and the energy counter change; how
+far the power reading trails the counter (the shift that best aligns the reading with the
+counter's own power, its differences between the readings where it changed); and the inventory
+(names, driver, memory, bus width, max memory clock, rated bandwidth and its source).
 """
 
 from __future__ import annotations
@@ -96,13 +99,77 @@ def change_interval_ms(samples) -> float | None:
     return statistics.median(changes) if changes else None
 
 
+def counter_update_ms(samples) -> float | None:
+    """Median time between readings whose energy counter changed (the counter's update period)."""
+    changed = [
+        s.t_ns for a, s in zip(samples, samples[1:], strict=False) if s.energy_j != a.energy_j
+    ]
+    steps = [(b - a) / 1e6 for a, b in zip(changed, changed[1:], strict=False)]
+    return statistics.median(steps) if steps else None
+
+
+def reading_lag(samples, *, max_s: float = 2.0, step_s: float = 0.02) -> dict | None:
+    """How far the power reading trails the energy counter.
+
+    The counter's power is its difference over the time between consecutive readings where it
+    changed, placed at their midpoint; the reading, interpolated at that midpoint plus a shift,
+    is compared with it. Returns the shift (0 to ``max_s``) with the least rms difference, that
+    rms and the rms with no shift; None without a counter that changes at least three times.
+    """
+    import numpy as np
+
+    if any(s.energy_j is None for s in samples):
+        return None
+    t = np.array([s.t_ns for s in samples], dtype=float) / 1e9
+    watts = np.array([s.watts for s in samples])
+    energy = np.array([s.energy_j for s in samples])
+    keep = np.r_[True, np.diff(energy) != 0]
+    if keep.sum() < 4:
+        return None
+    t_a, e_a = t[keep], energy[keep]
+    mid = (t_a[1:] + t_a[:-1]) / 2
+    counter_w = np.diff(e_a) / np.diff(t_a)
+
+    def rms(shift: float) -> float:
+        inside = mid + shift <= t[-1]
+        return float(
+            np.sqrt(np.mean((np.interp(mid[inside] + shift, t, watts) - counter_w[inside]) ** 2))
+        )
+
+    shifts = np.arange(0.0, max_s + step_s / 2, step_s)
+    errors = [rms(float(shift)) for shift in shifts]
+    best = int(np.argmin(errors))
+    return {
+        "lag_ms": 1000 * float(shifts[best]),
+        "rms_w": errors[best],
+        "rms_unshifted_w": errors[0],
+    }
+
+
+def analyse(path: Path) -> int:
+    """Print the lag and update figures of a probe saved with --out."""
+    from tokenwatt.schema.run import PowerEvidence
+
+    report = json.loads(path.read_text())
+    evidence = PowerEvidence.model_validate(report["evidence"])
+    samples = sorted(evidence.samples, key=lambda s: s.t_ns)
+    print(f"{path}: {len(samples)} readings at {evidence.sampling_hz} Hz")
+    print(f"reading changes every {change_interval_ms(samples)} ms (median)")
+    print(f"energy counter changes every {counter_update_ms(samples)} ms (median)")
+    print(f"reading vs counter: {json.dumps(reading_lag(samples))}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--gpus", type=int, nargs="*", default=[0])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--analyse", type=Path, default=None, metavar="PROBE_JSON")
     args = parser.parse_args()
+    if args.analyse is not None:
+        return analyse(args.analyse)
     load_s = max(1.0, args.seconds - 2 * IDLE_S)
 
     inventory = read_inventory(HardwareSpec(gpus=args.gpus), strict=True)
@@ -148,6 +215,8 @@ def main() -> int:
         "gaps": [g.model_dump() for g in evidence.gaps],
         "power_limit_w": evidence.power_limit_w,
         "reading_change_interval_ms": change_interval_ms(evidence.samples),
+        "counter_update_ms": counter_update_ms(evidence.samples),
+        "reading_lag": reading_lag(sorted(evidence.samples, key=lambda s: s.t_ns)),
         "phases": {},
     }
     print(f"load: {library}; {report['matmul_tflops']:.0f} TFLOP/s")
@@ -172,6 +241,8 @@ def main() -> int:
         report["phases"][name] = phase  # type: ignore[index]
         print(f"{name}: {json.dumps(phase)}")
     print(f"reading changes every {report['reading_change_interval_ms']} ms (median)")
+    print(f"energy counter changes every {report['counter_update_ms']} ms (median)")
+    print(f"reading vs counter: {json.dumps(report['reading_lag'])}")
     if args.out is not None:
         args.out.write_text(
             json.dumps({**report, "evidence": evidence.model_dump(mode="json")}, indent=1)
