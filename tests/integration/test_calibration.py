@@ -106,3 +106,78 @@ def test_a_run_the_client_cannot_pace_is_refused_before_any_load(repo, tmp_path)
     (config,) = result.configs
     assert config.client_calibration is not None
     assert config.client_calibration.startswith("not client-bound up to 2 req/s")
+
+
+async def _stream(port: int, index: int, tokens: int) -> int:
+    """One raw streamed request read to its end; the bytes received."""
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps({"prompt": [index], "max_tokens": tokens, "stream": True}).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    received, tail = 0, b""
+    try:
+        while not tail.endswith(b"\r\n0\r\n\r\n"):
+            data = await reader.read(65536)
+            if not data:
+                break
+            received += len(data)
+            tail = (tail + data)[-16:]
+    finally:
+        writer.close()
+    return received
+
+
+async def test_a_server_far_behind_its_schedule_still_answers_for_its_stamps():
+    """300 streams of 4,000 events 0.05 ms apart ask for 6 million events a second, far more
+    than one process writes: it falls behind, but still reads and answers GET /stamps at once
+    (it wrote for seconds on end before, and the calibration's fetch timed out after 30 s)."""
+    import asyncio
+    import time
+
+    with CalibrationServer(ttft_ms=1, itl_ms=0.05) as server:
+        assert server.port is not None
+        streams = [asyncio.create_task(_stream(server.port, i, 4000)) for i in range(300)]
+        await asyncio.sleep(0.5)
+        t0 = time.monotonic()
+        stamps = await asyncio.to_thread(server.stamps)
+        answered_s = time.monotonic() - t0
+        running = sum(not s.done() for s in streams)
+        for s in streams:
+            s.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+    assert answered_s < 2.0, f"the stamps came {answered_s:.1f} s after they were asked for"
+    assert running > 0, "every stream had ended when the stamps came: the server was not behind"
+    assert isinstance(stamps, dict)
+
+
+async def test_two_server_processes_share_the_port_and_hand_over_every_requests_stamps():
+    import asyncio
+
+    import httpx
+
+    from tokenwatt.load.calibrate import server_lateness_ms
+
+    with CalibrationServer(ttft_ms=20, itl_ms=2, processes=2) as server:
+        assert server.port is not None
+        assert len(server.control_ports) == 2
+        sizes = await asyncio.gather(*(_stream(server.port, i, 20) for i in range(40)))
+        async with httpx.AsyncClient() as client:
+            each = [
+                (await client.get(f"http://127.0.0.1:{control}/stamps")).json()
+                for control in server.control_ports
+            ]
+        assert all(size > 0 for size in sizes)
+        await asyncio.gather(*(_stream(server.port, 100 + i, 20) for i in range(10)))
+        merged = server.stamps()
+    # the kernel spread 40 connections over both processes (all on one: p = 2^-39)
+    assert all(len(stamps) > 0 for stamps in each)
+    assert sum(len(stamps) for stamps in each) == 40
+    assert len(merged) == 10  # the second batch, from both, each request's once
+    assert all(len(writes) == 21 for writes in merged.values())  # the read and 20 writes
+    late = server_lateness_ms(merged, ttft_ms=20, itl_ms=2)
+    assert len(late) == 200
+    assert sorted(late)[100] < 5.0  # 1,000 events a second: on time

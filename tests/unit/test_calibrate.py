@@ -7,7 +7,13 @@ import pytest
 from tests import factories
 from tokenwatt import policy
 from tokenwatt.errors import CalibrationError
-from tokenwatt.load.calibrate import calibration_text, check_planned_rates, rung_rates
+from tokenwatt.load.calibrate import (
+    calibration_text,
+    check_planned_rates,
+    rung_rates,
+    server_lateness_ms,
+    server_processes,
+)
 from tokenwatt.schema.run import CalibrationRung, ClientCalibration
 from tokenwatt.schema.spec import SweepSpec
 
@@ -21,7 +27,7 @@ def test_rungs_rise_by_four_to_the_sweeps_highest_rate():
     assert rung_rates(SweepSpec(start_rps=8, max_rps=200), max_rungs=1) == [8]
 
 
-def rung(rate: float, bound: bool) -> CalibrationRung:
+def rung(rate: float, bound: bool, server_late_ms: float = 0.3) -> CalibrationRung:
     return CalibrationRung(
         rate_rps=rate,
         events_per_s=rate * 100,
@@ -36,11 +42,15 @@ def rung(rate: float, bound: bool) -> CalibrationRung:
         tpot_error_p50_ms=0.0,
         tpot_error_p99_ms=0.01,
         matched_requests=round(rate * 1.5),
+        server_late_p99_ms=server_late_ms,
+        server_bound=server_late_ms > 10,
     )
 
 
-def calibration(*rungs: CalibrationRung, found: bool) -> ClientCalibration:
-    passed = [r.rate_rps for r in rungs if not r.client_bound]
+def calibration(
+    *rungs: CalibrationRung, found: bool, server_bound_rps: float | None = None
+) -> ClientCalibration:
+    passed = [r.rate_rps for r in rungs if not (r.client_bound or r.server_bound)]
     return ClientCalibration(
         server="test",
         ttft_ms=50,
@@ -50,6 +60,8 @@ def calibration(*rungs: CalibrationRung, found: bool) -> ClientCalibration:
         ceiling_rps=passed[-1] if passed else None,
         ceiling_found=found,
         seconds=9.0,
+        server_processes=2,
+        server_bound_rps=server_bound_rps,
     )
 
 
@@ -119,3 +131,38 @@ def test_the_result_carries_the_ceiling_and_its_check_sees_it():
     unbounded = result_of(calibration(rung(20, False), found=False))
     assert unbounded.configs[0].client_ceiling_rps is None
     assert "client_ceiling" not in {v.rule for v in policy.check_result(unbounded)}
+
+
+def test_the_servers_lateness_is_each_write_against_its_own_schedule():
+    # read at 0; first write due at ttft 5 ms, then every 1 ms: 5, 6, 7 ms
+    stamps = {"a": [0, 5_000_000, 6_500_000, 9_000_000], "b": [10_000_000, 15_000_000]}
+    assert server_lateness_ms(stamps, ttft_ms=5, itl_ms=1) == [0.0, 0.5, 2.0, 0.0]
+    assert server_lateness_ms({}, ttft_ms=5, itl_ms=1) == []
+
+
+def test_one_server_process_per_four_cpus():
+    assert [server_processes(n) for n in (1, 2, 4, 7, 8, 16, 64)] == [1, 1, 1, 1, 2, 4, 8]
+
+
+def test_a_server_that_fell_behind_ends_the_calibration_without_a_ceiling_found():
+    behind = calibration(
+        rung(20, False), rung(80, False, server_late_ms=17.5), found=False, server_bound_rps=80
+    )
+    assert behind.ceiling_rps == 20
+    assert calibration_text(behind) == (
+        "not client-bound up to 20 req/s, 2,000 events/s; there p99 send lag 0.50 ms, TTFT error"
+        " p50 0.40 ms / p99 2.90 ms, TPOT error p99 0.01 ms against the server's stamps; at 80"
+        " req/s the calibration server (2 processes) fell behind its own schedule (p99 17.50 ms"
+        " late), so the client was not measured above (9 s)"
+    )
+    check_planned_rates(behind, SweepSpec(start_rps=100))  # nothing found to refuse by
+    first = calibration(rung(20, False, server_late_ms=12.0), found=False, server_bound_rps=20)
+    assert calibration_text(first).startswith("not measured; at 20 req/s the calibration server")
+    # client-bound where the server was behind too: the client's rule decides, the line says both
+    both = calibration(rung(20, False), rung(80, True, server_late_ms=40.0), found=True)
+    assert calibration_text(both).endswith(
+        "; the calibration server (2 processes) was behind its own schedule there too"
+        " (p99 40.00 ms late) (9 s)"
+    )
+    with pytest.raises(CalibrationError, match="client-bound at 80 req/s"):
+        check_planned_rates(both, SweepSpec(start_rps=50))

@@ -35,6 +35,7 @@ this host's calibration would say nothing of them: it is not run (recorded as ab
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import select
@@ -52,7 +53,7 @@ from tokenwatt.errors import CalibrationError
 from tokenwatt.load.calibration_server import body_key
 from tokenwatt.load.probe import LoadGenerator
 from tokenwatt.load.workload import Workload
-from tokenwatt.metrics import nearest_rank
+from tokenwatt.metrics import MAX_SEND_LAG_P99_MS, nearest_rank
 from tokenwatt.schema.run import CalibrationRung, ClientCalibration, ProbeRecord
 from tokenwatt.schema.spec import (
     ArrivalSpec,
@@ -88,17 +89,37 @@ STREAM_S = 1.0
 WARMUP_S, WINDOW_S = 0.5, 1.5
 """Each rung's warm-up and window, s."""
 _START_TIMEOUT_S = 30.0
+STAMPS_TIMEOUT_S = 30.0
+"""How long the server may take to hand over its stamps, s."""
 _PERMISSIVE = SloSpec(ttft_p99_ms=600_000.0, tpot_p99_ms=600_000.0)
 
 
-class CalibrationServer:
-    """:mod:`tokenwatt.load.calibration_server` in a child process (a context manager)."""
+def server_processes(cpus: int | None = None) -> int:
+    """How many calibration-server processes this host gets: one per four CPUs, 1 to 8.
 
-    def __init__(self, *, ttft_ms: float, itl_ms: float) -> None:
+    One Python process writes some tens of thousands of events a second; a host with many
+    cores runs more load workers than that, and the server must not be what a rung measures.
+    """
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(8, (cpus or 1) // 4))
+
+
+class CalibrationServer:
+    """The calibration server in ``processes`` child processes on one port (a context manager).
+
+    :mod:`tokenwatt.load.calibration_server`; each process hands over its own stamps.
+    """
+
+    def __init__(self, *, ttft_ms: float, itl_ms: float, processes: int = 1) -> None:
+        if processes < 1:
+            raise ValueError("processes must be at least 1")
         self.ttft_ms = ttft_ms
         self.itl_ms = itl_ms
+        self.processes = processes
         self.port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.control_ports: list[int] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
 
     @property
     def url(self) -> str:
@@ -108,22 +129,27 @@ class CalibrationServer:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> CalibrationServer:
-        argv = [sys.executable, "-m", "tokenwatt.load.calibration_server"]
-        argv += ["--ttft-ms", f"{self.ttft_ms:g}", "--itl-ms", f"{self.itl_ms:g}"]
-        self._proc = proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], _START_TIMEOUT_S)
-        line = proc.stdout.readline() if ready else b""
-        if not line.strip().isdigit():
-            self.__exit__(None, None, None)
-            raise CalibrationError(
-                "the load generator's calibration server did not start"
-                f" (python -m tokenwatt.load.calibration_server): {line!r}; set"
-                " load.calibrate: false to run without it"
+        for _ in range(self.processes):
+            argv = [sys.executable, "-m", "tokenwatt.load.calibration_server"]
+            argv += ["--ttft-ms", f"{self.ttft_ms:g}", "--itl-ms", f"{self.itl_ms:g}"]
+            argv += ["--port", str(self.port or 0), "--reuse-port"]
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
-        self.port = int(line)
+            self._procs.append(proc)
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], _START_TIMEOUT_S)
+            line = proc.stdout.readline() if ready else b""
+            ports = line.split()
+            if len(ports) != 2 or not all(p.isdigit() for p in ports):
+                self.__exit__(None, None, None)
+                raise CalibrationError(
+                    "the load generator's calibration server did not start"
+                    f" (python -m tokenwatt.load.calibration_server): {line!r}; set"
+                    " load.calibrate: false to run without it"
+                )
+            self.port = int(ports[0])
+            self.control_ports.append(int(ports[1]))
         return self
 
     def __exit__(
@@ -132,27 +158,41 @@ class CalibrationServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            proc.stdin.close()  # the server exits when its stdin closes
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        procs, self._procs = self._procs, []
+        for proc in procs:
+            if proc.stdin is not None:
+                proc.stdin.close()  # the server exits when its stdin closes
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
 
     def stamps(self) -> dict[str, list[int]]:
-        """The server's stamps since the last call (and forget them)."""
-        answer = httpx.get(f"{self.url}/stamps", timeout=30)
-        answer.raise_for_status()
-        data = answer.json()
-        assert isinstance(data, dict)
-        return data
+        """Every process's stamps since the last call (and forget them).
+
+        Raises:
+            CalibrationError: a process did not answer within :data:`STAMPS_TIMEOUT_S`.
+        """
+        merged: dict[str, list[int]] = {}
+        for control in self.control_ports:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{control}/stamps", timeout=STAMPS_TIMEOUT_S)
+                answer.raise_for_status()
+            except httpx.HTTPError as e:
+                raise CalibrationError(
+                    "the load generator's calibration server did not give its stamps"
+                    f" (control port {control}, {type(e).__name__}: {e}); set"
+                    " load.calibrate: false to run without it"
+                ) from e
+            data = answer.json()
+            assert isinstance(data, dict)
+            merged.update(data)
+        return merged
 
 
 def rung_rates(sweep: SweepSpec, max_rungs: int = MAX_RUNGS) -> list[float]:
@@ -178,6 +218,25 @@ def rung_rates(sweep: SweepSpec, max_rungs: int = MAX_RUNGS) -> list[float]:
 def _percentile(values: list[float], q: float) -> float | None:
     """The nearest-rank percentile (:func:`tokenwatt.metrics.nearest_rank`), None of nothing."""
     return round(nearest_rank(np.sort(np.asarray(values, dtype=float)), q), 4) if values else None
+
+
+def server_lateness_ms(
+    stamps: dict[str, list[int]], *, ttft_ms: float, itl_ms: float
+) -> list[float]:
+    """How late the server wrote each event against its own schedule, ms.
+
+    A request read at ``t`` has its k-th write (k = 0, 1, ...) due at ``t + ttft + k itl``
+    (the server's schedule, :mod:`tokenwatt.load.calibration_server`); each stamps list is
+    ``[t_read_ns, t_write_ns, ...]``.
+    """
+    ttft_ns, itl_ns = round(ttft_ms * 1e6), round(itl_ms * 1e6)
+    late: list[float] = []
+    for read, *writes in stamps.values():
+        due = read + ttft_ns
+        for written in writes:
+            late.append(max(0.0, (written - due) / 1e6))
+            due += itl_ns
+    return late
 
 
 def _errors(
@@ -218,7 +277,9 @@ async def _rung(
         progress(f"rung {index + 1}: {request_rate:,.6g} req/s x {tokens} tokens")
     plan = ProbePlan(phase="search", rate_rps=request_rate, warmup_s=WARMUP_S, window_s=WINDOW_S)
     record = await gen.probe(plan, index=index, slo=_PERMISSIVE)
-    stamps = server.stamps()
+    stamps = await asyncio.to_thread(server.stamps)
+    late = server_lateness_ms(stamps, ttft_ms=server.ttft_ms, itl_ms=server.itl_ms)
+    late_p99 = _percentile(late, 99)
     work, engine, stream = gen.workload, gen.engine, gen.last_stream
     assert stream is not None  # set by the probe
     by_time: dict[float, str] = {}
@@ -247,6 +308,8 @@ async def _rung(
         tpot_error_p99_ms=_percentile(tpot, 99),
         matched_requests=len(ttft),
         client_cpu_s=record.client_cpu_s,
+        server_late_p99_ms=late_p99,
+        server_bound=late_p99 is not None and late_p99 > MAX_SEND_LAG_P99_MS,
     )
 
 
@@ -285,8 +348,10 @@ async def calibrate(
     )
     rungs: list[CalibrationRung] = []
     ceiling: float | None = None
+    server_bound_at: float | None = None
     found = False
-    with CalibrationServer(ttft_ms=TTFT_MS, itl_ms=itl_ms) as server:
+    processes = server_processes()
+    with CalibrationServer(ttft_ms=TTFT_MS, itl_ms=itl_ms, processes=processes) as server:
         cal_engine = engine.model_copy(
             update={
                 "endpoint": f"{server.url}/v1",
@@ -308,14 +373,18 @@ async def calibrate(
             for index, rate in enumerate(rung_rates(sweep, max_rungs)):
                 rung = await _rung(gen, server, index, rate * turns, tokens, progress)
                 rungs.append(rung)
-                if rung.client_bound:
+                if rung.client_bound:  # the client's own rule, whatever else was busy
                     found = True
+                    break
+                if rung.server_bound:  # it did not get the events it planned: not counted
+                    server_bound_at = rate
                     break
                 ceiling = rate
     calibration = ClientCalibration(
         server=(
-            f"tokenwatt's calibration server on this host: {tokens} tokens per stream, first"
-            f" after {TTFT_MS:g} ms, then every {itl_ms:.3g} ms"
+            f"tokenwatt's calibration server on this host"
+            f" ({processes} process{'es' if processes > 1 else ''}): {tokens} tokens per"
+            f" stream, first after {TTFT_MS:g} ms, then every {itl_ms:.3g} ms"
         ),
         ttft_ms=TTFT_MS,
         itl_ms=round(itl_ms, 4),
@@ -324,6 +393,8 @@ async def calibrate(
         ceiling_rps=ceiling,
         ceiling_found=found,
         seconds=round(time.monotonic() - t0, 2),
+        server_processes=processes,
+        server_bound_rps=server_bound_at,
     )
     logger.info(
         "calibration: ceiling %s req/s%s in %.1f s",
@@ -336,26 +407,45 @@ async def calibrate(
 
 def calibration_text(calibration: ClientCalibration) -> str:
     """One line for the terminal and the page: the ceiling and the errors at it."""
-    passed = [r for r in calibration.rungs if not r.client_bound]
-    if calibration.ceiling_rps is None or not passed:
-        bound = calibration.rungs[0] if calibration.rungs else None
-        why = "; ".join(bound.client_bound_reasons) if bound is not None else "no rung ran"
-        return f"client-bound already at the first rung ({why})"
-    top = passed[-1]
-    ceiling = (
-        f"ceiling {calibration.ceiling_rps:,.6g} req/s"
-        if calibration.ceiling_found
-        else f"not client-bound up to {calibration.ceiling_rps:,.6g} req/s (the highest tried)"
-    )
 
     def ms(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f} ms"
+
+    passed = [r for r in calibration.rungs if not (r.client_bound or r.server_bound)]
+    behind = next((r for r in calibration.rungs if r.server_bound), None)
+    server_note = ""
+    if behind is not None:
+        server = (
+            f"the calibration server ({calibration.server_processes} process"
+            f"{'es' if calibration.server_processes > 1 else ''})"
+        )
+        late = f"p99 {ms(behind.server_late_p99_ms)} late"
+        server_note = (
+            f"; {server} was behind its own schedule there too ({late})"
+            if behind.client_bound
+            else f"; at {calibration.server_bound_rps or behind.rate_rps:,.6g} req/s {server}"
+            " fell behind its own schedule"
+            f" ({late}), so the client was not measured above"
+        )
+    if calibration.ceiling_rps is None or not passed:
+        first = calibration.rungs[0] if calibration.rungs else None
+        if first is not None and not first.client_bound:
+            return f"not measured{server_note}"
+        why = "; ".join(first.client_bound_reasons) if first is not None else "no rung ran"
+        return f"client-bound already at the first rung ({why}){server_note}"
+    top = passed[-1]
+    if calibration.ceiling_found:
+        ceiling = f"ceiling {calibration.ceiling_rps:,.6g} req/s"
+    elif behind is not None:
+        ceiling = f"not client-bound up to {calibration.ceiling_rps:,.6g} req/s"
+    else:
+        ceiling = f"not client-bound up to {calibration.ceiling_rps:,.6g} req/s (the highest tried)"
 
     return (
         f"{ceiling}, {top.events_per_s:,.0f} events/s; there p99 send lag"
         f" {ms(top.send_lag_p99_ms)}, TTFT error p50 {ms(top.ttft_error_p50_ms)} / p99"
         f" {ms(top.ttft_error_p99_ms)}, TPOT error p99 {ms(top.tpot_error_p99_ms)} against the"
-        f" server's stamps ({calibration.seconds:g} s)"
+        f" server's stamps{server_note} ({calibration.seconds:g} s)"
     )
 
 

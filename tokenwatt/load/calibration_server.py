@@ -13,6 +13,14 @@ for every request, keyed by the SHA-1 of its body, the monotonic-clock ns at whi
 was read and at which each token event was written. ``GET /stamps`` returns them as JSON
 (``{key: [t_read_ns, t_write_ns, ...]}``) and forgets them. The client and the server share the
 host and so ``CLOCK_MONOTONIC``.
+
+**Several processes** (a host whose load generator outruns one Python process):
+``--port P --reuse-port`` binds the serving port with ``SO_REUSEPORT``, so that processes
+started on the same port share its connections (the kernel spreads them). Each process also
+listens on a control port of its own for ``GET /stamps``; the first line on stdout is
+``PORT CONTROL_PORT``. A process that falls behind its own schedule (more events due than one
+process can write) still reads: it writes for at most :data:`PASS_S` before it lets the loop
+accept, read and answer ``/stamps``, and its stamps show how late it was.
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ from collections.abc import Sequence
 
 import httptools
 
-__all__ = ["main"]
+__all__ = ["PASS_S", "main"]
+
+PASS_S = 0.002
+"""Longest stretch of writing events before the loop reads again, s."""
 
 _TOKEN = (
     b'data: {"id":"cmpl-cal","object":"text_completion","choices":'
@@ -97,8 +108,16 @@ class _Server:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         heap = self._heap
+        pass_ns = round(PASS_S * 1e9)
+        wrote = False
         while True:
             now = time.monotonic_ns()
+            if wrote and heap and heap[0][0] <= now:
+                # Behind: events fell due while the last ones were written. Let the loop read
+                # first (new requests, GET /stamps), or a saturated server reads nothing at all.
+                await asyncio.sleep(0)
+                now = time.monotonic_ns()
+            wrote = False
             if not heap or heap[0][0] > now:
                 self._waiter = waiter = loop.create_future()
                 if heap:
@@ -112,7 +131,12 @@ class _Server:
                 if handle is not None:
                     handle.cancel()
                 continue
+            wrote = True
+            written = 0
             while heap and heap[0][0] <= now:
+                written += 1
+                if not written % 64 and time.monotonic_ns() - now > pass_ns:
+                    break  # the rest after the loop has read
                 due, _, s = heapq.heappop(heap)
                 if s.conn.closed:
                     continue
@@ -229,12 +253,15 @@ def body_key(body: bytes) -> str:
     return hashlib.sha1(body).hexdigest()[:16]
 
 
-async def _serve(ttft_ms: float, itl_ms: float) -> None:
+async def _serve(ttft_ms: float, itl_ms: float, port: int, reuse_port: bool) -> None:
     loop = asyncio.get_running_loop()
     server = _Server(round(ttft_ms * 1e6), round(itl_ms * 1e6))
-    listener = await loop.create_server(lambda: _Conn(server), "127.0.0.1", 0, backlog=4096)
-    port = listener.sockets[0].getsockname()[1]
-    sys.stdout.write(f"{port}\n")
+    listener = await loop.create_server(
+        lambda: _Conn(server), "127.0.0.1", port, backlog=4096, reuse_port=reuse_port or None
+    )
+    control = await loop.create_server(lambda: _Conn(server), "127.0.0.1", 0)
+    ports = [sock.getsockname()[1] for sock in (*listener.sockets, *control.sockets)]
+    sys.stdout.write(f"{ports[0]} {ports[1]}\n")
     sys.stdout.flush()
     done = asyncio.Event()
     loop.add_reader(sys.stdin.fileno(), lambda: None if os.read(0, 4096) else done.set())
@@ -242,6 +269,7 @@ async def _serve(ttft_ms: float, itl_ms: float) -> None:
     await done.wait()
     scheduler.cancel()
     listener.close()
+    control.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -251,10 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tokenwatt.load.calibration_server")
     p.add_argument("--ttft-ms", type=float, required=True)
     p.add_argument("--itl-ms", type=float, required=True)
+    p.add_argument("--port", type=int, default=0, help="serving port (0: any free one)")
+    p.add_argument("--reuse-port", action="store_true", help="share the port with other processes")
     args = p.parse_args(argv)
     reduce_timer_slack()
     with asyncio.Runner(loop_factory=precise_event_loop) as runner:
-        runner.run(_serve(args.ttft_ms, args.itl_ms))
+        runner.run(_serve(args.ttft_ms, args.itl_ms, args.port, args.reuse_port))
     return 0
 
 

@@ -878,6 +878,16 @@ class CalibrationRung(StrictModel):
         default=0, description="Window requests matched to the server's stamps"
     )
     client_cpu_s: NonNegFloat | None = Field(default=None, description="CPU of the generator")
+    server_late_p99_ms: NonNegFloat | None = Field(
+        default=None,
+        description="How late the calibration server wrote its events against its own schedule,"
+        " p99 over every event of the rung, ms",
+    )
+    server_bound: bool = Field(
+        default=False,
+        description="The server fell behind its schedule by more than the client may (the"
+        " send-lag bound): the rung measured the server too, and the calibration stopped there",
+    )
 
 
 class ClientCalibration(StrictModel):
@@ -899,6 +909,14 @@ class ClientCalibration(StrictModel):
     )
     ceiling_found: bool = Field(description="A rung above the ceiling was client-bound")
     seconds: NonNegFloat = Field(description="Wall time the calibration took")
+    server_processes: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="Calibration-server processes sharing its port"
+    )
+    server_bound_rps: NonNegFloat | None = Field(
+        default=None,
+        description="The rung at which the server fell behind its own schedule, in the sweep's"
+        " unit; the client was not measured above it, and the ceiling is at least ceiling_rps",
+    )
 
 
 class PrefixReuse(StrictModel):
