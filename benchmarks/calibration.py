@@ -1,6 +1,8 @@
 """The load generator's self-calibration on this host (tokenwatt.load.calibrate), printed as JSON.
 
     .venv/bin/python benchmarks/calibration.py --start-rps 20 --max-rps 2000 --output-tokens 100
+    .venv/bin/python benchmarks/calibration.py --start-rps 400 --max-rps 400 --output-tokens 256 \
+        --itl-ms 10 --repeat 3       # issue 19's 1,000 streams x 100 tok/s, three times
 
 Rungs x4 from --start-rps to --max-rps against the calibration server, stopping at the first
 client-bound one, exactly as ``tokenwatt run`` does before its first probe.
@@ -23,18 +25,30 @@ def main() -> None:
     p.add_argument("--start-rps", type=float, default=20.0)
     p.add_argument("--max-rps", type=float, default=2000.0)
     p.add_argument("--output-tokens", type=int, default=100)
+    p.add_argument(
+        "--itl-ms", type=float, default=None, help="the server's token gap (default: 1 s / tokens)"
+    )
+    p.add_argument("--repeat", type=int, default=1, help="calibrations one after the other")
     args = p.parse_args()
     spec = factories.spec(
         workload={"input_tokens": 64, "output_tokens": args.output_tokens, "seed": 1},
         sweep={"start_rps": args.start_rps, "max_rps": args.max_rps},
     )
     work = build_workload(spec, context_tokens=4096)
-    t0 = time.monotonic()
-    cal = asyncio.run(
-        calibrate(spec.engine, work, spec.sweep, request_timeout_s=30, max_concurrency=8192)
-    )
-    print(json.dumps(cal.model_dump(), indent=1))
-    print(calibration_text(cal), f"(wall {time.monotonic() - t0:.1f} s)")
+    for _ in range(args.repeat):
+        t0 = time.monotonic()
+        cal = asyncio.run(
+            calibrate(
+                spec.engine,
+                work,
+                spec.sweep,
+                request_timeout_s=30,
+                max_concurrency=8192,
+                itl_ms=args.itl_ms,
+            )
+        )
+        print(json.dumps(cal.model_dump(), indent=1))
+        print(calibration_text(cal), f"(wall {time.monotonic() - t0:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -323,17 +323,21 @@ async def calibrate(
     min_workers: int = 1,
     max_rungs: int = MAX_RUNGS,
     progress: Callable[[str], None] | None = None,
+    itl_ms: float | None = None,
 ) -> ClientCalibration:
     """Run the calibration (module docstring) and return what it measured.
 
     ``min_workers``: fewest load workers (the open-file split, :mod:`tokenwatt.load.open_files`).
+    ``itl_ms``: the server's gap between tokens; None (runs): a stream lasts about
+    :data:`STREAM_S`. A longer gap holds more streams open at once for the same event rate.
 
     Raises:
         CalibrationError: the calibration server did not start.
     """
     t0 = time.monotonic()
     tokens = max(1, min(MAX_OUTPUT_TOKENS, round(workload.mean_output_tokens())))
-    itl_ms = max(0.05, STREAM_S * 1000.0 / tokens)
+    if itl_ms is None:
+        itl_ms = max(0.05, STREAM_S * 1000.0 / tokens)
     turns = workload.mean_turns
     cal_work = Workload(
         name="calibration",
