@@ -131,7 +131,7 @@ class CalibrationServer:
     def __enter__(self) -> CalibrationServer:
         for _ in range(self.processes):
             argv = [sys.executable, "-m", "tokenwatt.load.calibration_server"]
-            argv += ["--ttft-ms", f"{self.ttft_ms:g}", "--itl-ms", f"{self.itl_ms:g}"]
+            argv += ["--ttft-ms", repr(float(self.ttft_ms)), "--itl-ms", repr(float(self.itl_ms))]
             argv += ["--port", str(self.port or 0), "--reuse-port"]
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
