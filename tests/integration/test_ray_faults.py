@@ -98,3 +98,25 @@ def test_a_node_lost_mid_probe_fails_the_probe_client_side(repo, tmp_path, fresh
         assert probe.load_actors is not None
         assert {a.node_id for a in probe.load_actors} == {cluster.head_node.node_id}
         assert not any(a.lost for a in probe.load_actors)
+
+
+async def test_a_clock_audit_longer_than_the_start_lead_does_not_make_the_plans_late(
+    nginx_sse, fresh_cluster, monkeypatch
+):
+    """The clock audit's round trips come before the probe's common start is fixed. Inside the
+    0.5 s lead, a busy CI box once took them past it: a plan arrived 408 ms after the start and
+    the run was refused. 400 round trips per actor take longer than the lead (before the change
+    the plan came 237 ms after the start here, and this test failed with that error)."""
+    from tokenwatt.load import ray_pool
+    from tokenwatt.sweep import ProbePlan
+
+    cluster, _ = fresh_cluster
+    monkeypatch.setattr(ray_pool, "_ROUND_TRIPS", 400)
+    spec, work = nginx_setup(nginx_sse)
+    plan = ProbePlan(phase="search", rate_rps=20.0, warmup_s=0.2, window_s=1.0)
+    on_ray = LoadClusterSpec(address=cluster.address, server_nodes=True)
+    async with LoadGenerator(spec.engine, work, request_timeout_s=10, cluster=on_ray) as gen:
+        record = await gen.probe(plan, index=0, slo=factories.spec().slo)
+    assert record.load_actors is not None
+    assert [a.round_trips for a in record.load_actors] == [400, 400]
+    assert record.ok == record.window_requests > 0

@@ -495,6 +495,8 @@ class LoadGenerator:
                     stop_on_fail=early_stop,
                     stop_on_pass=certify_pass,
                 )
+        if isinstance(pool, RayPool):
+            await pool.audit_clocks()  # before the common start is fixed: it takes round trips
         lead_s = pool.start_lead_s if isinstance(pool, RayPool) else _START_LEAD_S
         started = dt.datetime.now(dt.UTC)
         t0_ns = time.monotonic_ns() + int(lead_s * _NS)
