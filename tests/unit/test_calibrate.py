@@ -11,6 +11,7 @@ from tokenwatt.load.calibrate import (
     calibration_text,
     check_planned_rates,
     rung_rates,
+    rung_warmup_s,
     server_lateness_ms,
     server_processes,
 )
@@ -166,3 +167,10 @@ def test_a_server_that_fell_behind_ends_the_calibration_without_a_ceiling_found(
     )
     with pytest.raises(CalibrationError, match="client-bound at 80 req/s"):
         check_planned_rates(both, SweepSpec(start_rps=50))
+
+
+def test_a_rung_warms_up_for_at_least_one_streams_length():
+    # 256 tokens 10 ms apart after 50 ms: the last at 50 + 255 x 10 ms = 2.6 s
+    assert rung_warmup_s(50, 10, 256) == pytest.approx(2.6)
+    assert rung_warmup_s(50, 4, 100) == 0.5  # a stream of 0.446 s: the shortest warm-up
+    assert rung_warmup_s(50, 10, 1) == 0.5

@@ -72,6 +72,9 @@ __all__ = [
     "calibration_text",
     "check_planned_rates",
     "rung_rates",
+    "rung_warmup_s",
+    "server_lateness_ms",
+    "server_processes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -87,7 +90,9 @@ TTFT_MS = 50.0
 STREAM_S = 1.0
 """About how long a calibration stream lasts: its inter-token gap is this over its tokens."""
 WARMUP_S, WINDOW_S = 0.5, 1.5
-"""Each rung's warm-up and window, s."""
+"""Each rung's shortest warm-up, and its window, s. The warm-up is at least one stream's length
+(first token and every gap), so that the connections the rung needs are open before its window:
+a new connection's set-up counts in the client's TTFT and not in the server's stamps."""
 _START_TIMEOUT_S = 30.0
 STAMPS_TIMEOUT_S = 30.0
 """How long the server may take to hand over its stamps, s."""
@@ -220,6 +225,11 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(nearest_rank(np.sort(np.asarray(values, dtype=float)), q), 4) if values else None
 
 
+def rung_warmup_s(ttft_ms: float, itl_ms: float, tokens: int) -> float:
+    """A rung's warm-up: :data:`WARMUP_S`, or one stream's length where that is longer, s."""
+    return max(WARMUP_S, (ttft_ms + (tokens - 1) * itl_ms) / 1000.0)
+
+
 def server_lateness_ms(
     stamps: dict[str, list[int]], *, ttft_ms: float, itl_ms: float
 ) -> list[float]:
@@ -275,7 +285,8 @@ async def _rung(
 ) -> CalibrationRung:
     if progress is not None:
         progress(f"rung {index + 1}: {request_rate:,.6g} req/s x {tokens} tokens")
-    plan = ProbePlan(phase="search", rate_rps=request_rate, warmup_s=WARMUP_S, window_s=WINDOW_S)
+    warmup_s = rung_warmup_s(server.ttft_ms, server.itl_ms, tokens)
+    plan = ProbePlan(phase="search", rate_rps=request_rate, warmup_s=warmup_s, window_s=WINDOW_S)
     record = await gen.probe(plan, index=index, slo=_PERMISSIVE)
     stamps = await asyncio.to_thread(server.stamps)
     late = server_lateness_ms(stamps, ttft_ms=server.ttft_ms, itl_ms=server.itl_ms)
@@ -284,12 +295,12 @@ async def _rung(
     assert stream is not None  # set by the probe
     by_time: dict[float, str] = {}
     for i, offset in enumerate(work.arrivals(request_rate, stream=stream)):
-        if offset >= WARMUP_S + WINDOW_S:
+        if offset >= warmup_s + WINDOW_S:
             break
-        if offset >= WARMUP_S:
+        if offset >= warmup_s:
             key = body_key(request_body(engine, work.request(i, stream=stream)))
             if key in stamps:
-                by_time[round(offset - WARMUP_S, 6)] = key
+                by_time[round(offset - warmup_s, 6)] = key
     ttft, tpot = _errors(record, stamps, by_time)
     table = record.requests
     lags = sorted(table.send_lag_ms) if table is not None else []
