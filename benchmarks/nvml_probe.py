@@ -100,10 +100,12 @@ def change_interval_ms(samples) -> float | None:
 
 
 def counter_update_ms(samples) -> float | None:
-    """Median time between readings whose energy counter changed (the counter's update period)."""
-    changed = [
-        s.t_ns for a, s in zip(samples, samples[1:], strict=False) if s.energy_j != a.energy_j
-    ]
+    """Median time between readings whose energy counter changed (the counter's update period).
+
+    The readings where it changed are the energy module's own (its counter method uses only
+    those), less the first reading, which is kept there as the counter's start.
+    """
+    changed = [a.t_ns for a in energy._counter_anchors(samples)[0][1:]]
     steps = [(b - a) / 1e6 for a, b in zip(changed, changed[1:], strict=False)]
     return statistics.median(steps) if steps else None
 
@@ -112,7 +114,8 @@ def reading_lag(samples, *, max_s: float = 2.0, step_s: float = 0.02) -> dict | 
     """How far the power reading trails the energy counter.
 
     The counter's power is its difference over the time between consecutive readings where it
-    changed, placed at their midpoint; the reading, interpolated at that midpoint plus a shift,
+    changed (the energy module's, resets unwrapped), placed at their midpoint; the reading,
+    interpolated at that midpoint plus a shift,
     is compared with it. Returns the shift (0 to ``max_s``) with the least rms difference, that
     rms and the rms with no shift; None without a counter that changes at least three times.
     """
@@ -122,11 +125,11 @@ def reading_lag(samples, *, max_s: float = 2.0, step_s: float = 0.02) -> dict | 
         return None
     t = np.array([s.t_ns for s in samples], dtype=float) / 1e9
     watts = np.array([s.watts for s in samples])
-    energy = np.array([s.energy_j for s in samples])
-    keep = np.r_[True, np.diff(energy) != 0]
-    if keep.sum() < 4:
+    anchors, _ = energy._counter_anchors(samples)
+    if len(anchors) < 4:
         return None
-    t_a, e_a = t[keep], energy[keep]
+    t_a = np.array([a.t_ns for a in anchors], dtype=float) / 1e9
+    e_a = np.array([a.cumulative_j for a in anchors])
     mid = (t_a[1:] + t_a[:-1]) / 2
     counter_w = np.diff(e_a) / np.diff(t_a)
 

@@ -51,7 +51,7 @@ import numpy as np
 from tokenwatt.client.openai import request_body
 from tokenwatt.errors import CalibrationError
 from tokenwatt.load.calibration_server import body_key
-from tokenwatt.load.probe import LoadGenerator
+from tokenwatt.load.probe import LoadGenerator, available_cpus
 from tokenwatt.load.workload import Workload
 from tokenwatt.metrics import MAX_SEND_LAG_P99_MS, nearest_rank
 from tokenwatt.schema.run import CalibrationRung, ClientCalibration, ProbeRecord
@@ -104,10 +104,9 @@ def server_processes(cpus: int | None = None) -> int:
 
     One Python process writes some tens of thousands of events a second; a host with many
     cores runs more load workers than that, and the server must not be what a rung measures.
+    ``cpus``: None for this process's (:func:`tokenwatt.load.probe.available_cpus`).
     """
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(8, (cpus or 1) // 4))
+    return max(1, min(8, (available_cpus() if cpus is None else cpus) // 4))
 
 
 class CalibrationServer:

@@ -109,15 +109,8 @@ class _Server:
         loop = asyncio.get_running_loop()
         heap = self._heap
         pass_ns = round(PASS_S * 1e9)
-        wrote = False
         while True:
             now = time.monotonic_ns()
-            if wrote and heap and heap[0][0] <= now:
-                # Behind: events fell due while the last ones were written. Let the loop read
-                # first (new requests, GET /stamps), or a saturated server reads nothing at all.
-                await asyncio.sleep(0)
-                now = time.monotonic_ns()
-            wrote = False
             if not heap or heap[0][0] > now:
                 self._waiter = waiter = loop.create_future()
                 if heap:
@@ -131,7 +124,6 @@ class _Server:
                 if handle is not None:
                     handle.cancel()
                 continue
-            wrote = True
             written = 0
             while heap and heap[0][0] <= now:
                 written += 1
@@ -164,6 +156,10 @@ class _Server:
                 self.stamps[s.key] = s.stamps
                 s.conn.busy = False
                 s.conn.next_request()
+            if heap and heap[0][0] <= time.monotonic_ns():
+                # Behind: events fell due while the last ones were written. Let the loop read
+                # first (new requests, GET /stamps), or a saturated server reads nothing at all.
+                await asyncio.sleep(0)
 
 
 class _Conn(asyncio.Protocol):

@@ -497,7 +497,9 @@ class LoadGenerator:
                 )
         if isinstance(pool, RayPool):
             await pool.audit_clocks()  # before the common start is fixed: it takes round trips
-        lead_s = pool.start_lead_s if isinstance(pool, RayPool) else _START_LEAD_S
+            lead_s = pool.start_lead_s
+        else:
+            lead_s = _START_LEAD_S
         started = dt.datetime.now(dt.UTC)
         t0_ns = time.monotonic_ns() + int(lead_s * _NS)
         window_start_ns = t0_ns + round(warmup_s * _NS)
