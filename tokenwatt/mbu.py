@@ -15,6 +15,11 @@ module the simulator uses for its own ground truth.
 
 Rated bandwidth: as :func:`tokenwatt.gpus.rated_bandwidth` resolves it (the spec's value, else
 the GPU-name table, else NVML clocks); the evidence records which.
+
+An estimate above :data:`MAX_PCT` is impossible (no GPU reads faster than its rated bandwidth),
+so one of its inputs is wrong: typically ``B`` read low from a running gauge sampled every
+0.25 s in a window whose requests run for less than that. The run file keeps it as evidence;
+results and pages never state it (:func:`impossible_because`).
 """
 
 from __future__ import annotations
@@ -28,13 +33,18 @@ from tokenwatt.gpus import RatedBandwidth
 from tokenwatt.schema.run import MbuEvidence, ProbeRecord
 
 __all__ = [
+    "MAX_PCT",
     "RatedBandwidth",
     "estimate_mbu",
     "estimate_mbu_for_probes",
+    "impossible_because",
     "step_weighted_context",
 ]
 
 logger = logging.getLogger(__name__)
+
+MAX_PCT = 100.0
+"""The most an MBU estimate can be: all of the rated bandwidth."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,4 +251,25 @@ def estimate_mbu_for_probes(
         replicas=replicas,
         tensor_parallel=tensor_parallel,
         extra_assumptions=extra,
+    )
+
+
+def impossible_because(evidence: MbuEvidence) -> str | None:
+    """Why an estimate cannot be stated (above :data:`MAX_PCT`), or None when it can.
+
+    Names the estimate and the inputs a reviewer checks first: ``B`` and where it came from,
+    and the step rate it implies.
+    """
+    if evidence.mbu_pct <= MAX_PCT:
+        return None
+    source = (
+        "the engine's running-request gauge"
+        if evidence.batch_source == "metrics"
+        else "Little's law over the window"
+    )
+    return (
+        f"the estimate is {evidence.mbu_pct:.1f} % of the rated"
+        f" {evidence.rated_bw_tbs:g} TB/s, more than a GPU can read, so an input is wrong"
+        f" (B = {evidence.batch_mean:.2f} sequences from {source}, implying"
+        f" {evidence.steps_per_s:,.0f} decode steps/s)"
     )

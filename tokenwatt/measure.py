@@ -52,7 +52,7 @@ from tokenwatt.load.open_files import ensure_open_files
 from tokenwatt.load.prefix import cache_block_tokens
 from tokenwatt.load.probe import LoadGenerator, available_cpus
 from tokenwatt.load.workload import Workload, build_workload
-from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes
+from tokenwatt.mbu import RatedBandwidth, estimate_mbu_for_probes, impossible_because
 from tokenwatt.power import Sampler, sampler_for_spec
 from tokenwatt.resume import ResumeCheck, check_resumable, merge_power, probe_seconds, replay
 from tokenwatt.schema.base import Role
@@ -757,6 +757,8 @@ def _figures(state: _State, sweep: Strategy, sampler: Sampler | None, spec: Spec
             replicas=spec.model.replicas,
             tensor_parallel=spec.model.tensor_parallel,
         )
+        if state.mbu is not None and (why := impossible_because(state.mbu)) is not None:
+            logger.warning("MBU will not be stated: %s", why)
 
 
 def _finish_partial(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tokenwatt import audits, capacity, compare, policy
+from tokenwatt import audits, capacity, compare, mbu, policy
 from tokenwatt.comparability import run_differences
 from tokenwatt.errors import ResultError
 from tokenwatt.figures import ConfigFigures, figures_of
@@ -281,7 +281,11 @@ def _config(
         key=run.role,
         label=run.description or run.label,
         engine=_engine_text(run),
-        mbu_pct=_round(run.mbu.mbu_pct, 1) if run.mbu is not None else None,
+        mbu_pct=(
+            _round(run.mbu.mbu_pct, 1)
+            if run.mbu is not None and mbu.impossible_because(run.mbu) is None
+            else None
+        ),
         node_power_kw=_round(power.node_power_kw, 3) if power is not None else None,
         goodput_tok_s=_round(outcome_fig.goodput_tok_s, 1) or 0.0,
         ttft_p99_ms=_round(outcome_fig.ttft_p99_ms, 1),
@@ -591,6 +595,8 @@ def _not_covered(
         steady = steady_state_note(run)
         if steady is not None:
             add(steady)
+        if run.mbu is not None and (why := mbu.impossible_because(run.mbu)) is not None:
+            add(f"Run '{run.label}': MBU not stated: {why}")
         if run.power is not None and run.power.max_gap_fraction:
             add(
                 f"Run '{run.label}': power readings missing for"

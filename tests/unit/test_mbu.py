@@ -10,9 +10,10 @@ from tokenwatt.mbu import (
     RatedBandwidth,
     estimate_mbu,
     estimate_mbu_for_probes,
+    impossible_because,
     step_weighted_context,
 )
-from tokenwatt.schema.run import RequestTable
+from tokenwatt.schema.run import MbuEvidence, RequestTable
 
 TINY = {
     "num_hidden_layers": 2,
@@ -207,3 +208,33 @@ def test_estimate_for_probes_prefers_tokens_that_arrived_inside_the_window():
     assert old is not None
     assert old.output_tok_s == pytest.approx(2008 / 20)
     assert any("biased when the window is short" in line for line in old.assumptions)
+
+
+def test_an_estimate_above_the_rated_bandwidth_is_named_impossible_with_its_inputs():
+    g = geometry_from_config(TINY)
+
+    def at(output_tok_s: float) -> MbuEvidence:
+        return estimate_mbu(
+            geometry=g,
+            output_tok_s=output_tok_s,
+            batch_mean=4.0,
+            batch_source="metrics",
+            mean_context_tokens=100.0,
+            bandwidth=RatedBandwidth(0.001, 1, "test"),
+        )
+
+    # Hand-worked above: 379,008 B a step at B = 4. 2,000 tok/s is 500 steps/s, 18.95 %;
+    # 11,000 tok/s is 2,750 steps/s, 104.2 %.
+    possible = at(2000.0)
+    assert impossible_because(possible) is None
+    over = at(11000.0)
+    assert over.mbu_pct == pytest.approx(379008 * 2750 / 1e9 * 100)  # of 1 GB/s
+    why = impossible_because(over)
+    assert why is not None
+    assert "104.2 %" in why
+    assert "0.001 TB/s" in why
+    assert "B = 4.00 sequences from the engine's running-request gauge" in why
+    assert "2,750 decode steps/s" in why
+    # All of the rated bandwidth is still possible.
+    exactly = over.model_copy(update={"mbu_pct": 100.0})
+    assert impossible_because(exactly) is None

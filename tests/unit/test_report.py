@@ -597,3 +597,20 @@ def test_real_prompts_say_their_lengths_are_the_servers_count():
         "real prompts from prompts.jsonl: lengths are the server's count (usage.prompt_tokens)"
     )
     assert report._input_text(factories.spec(workload={"input_tokens": 64})) == "64 (fixed)"
+
+
+def test_an_impossible_mbu_estimate_is_not_stated_and_the_caveat_names_it():
+    runs = factories.seed_runs()
+    tuned = runs[1]
+    assert tuned.mbu is not None
+    runs[1] = tuned.model_copy(
+        update={"mbu": tuned.mbu.model_copy(update={"mbu_pct": 108.5, "batch_mean": 0.25})}
+    )
+    result = make(runs)  # the result model refuses an MBU above 100 %: no crash here
+    by_key = {c.key: c for c in result.configs}
+    assert by_key["tuned"].mbu_pct is None
+    assert by_key["baseline"].mbu_pct == 56.3
+    assert by_key["tuned"].mbu_batch_mean == 0.25  # the evidence a reviewer checks stays
+    (note,) = [n for n in result.not_covered if "MBU" in n]
+    assert note.startswith("Run 'moe-tuned': MBU not stated: the estimate is 108.5 %")
+    assert "B = 0.25 sequences" in note
