@@ -132,6 +132,19 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _mbu_pct(run: RunFile) -> float | None:
+    """The MBU a result states, or None.
+
+    To 0.1 %, or to two significant digits under 0.05 % (a small model at a light load on a wide
+    memory bus), so it never rounds to 0; None without an estimate or when the estimate is
+    impossible (:func:`tokenwatt.mbu.impossible_because`).
+    """
+    if run.mbu is None or mbu.impossible_because(run.mbu) is not None:
+        return None
+    stated = round(run.mbu.mbu_pct, 1)
+    return stated if stated > 0 else float(f"{run.mbu.mbu_pct:.2g}")
+
+
 def _power_nodes(nodes: list[PowerNodeSummary] | None) -> dict[str, list[PowerNodeSummary]]:
     """A config's ``power_nodes``, to the precision of its own figures; {} for one source."""
     if nodes is None:
@@ -281,11 +294,7 @@ def _config(
         key=run.role,
         label=run.description or run.label,
         engine=_engine_text(run),
-        mbu_pct=(
-            _round(run.mbu.mbu_pct, 1)
-            if run.mbu is not None and mbu.impossible_because(run.mbu) is None
-            else None
-        ),
+        mbu_pct=_mbu_pct(run),
         node_power_kw=_round(power.node_power_kw, 3) if power is not None else None,
         goodput_tok_s=_round(outcome_fig.goodput_tok_s, 1) or 0.0,
         ttft_p99_ms=_round(outcome_fig.ttft_p99_ms, 1),

@@ -614,3 +614,13 @@ def test_an_impossible_mbu_estimate_is_not_stated_and_the_caveat_names_it():
     (note,) = [n for n in result.not_covered if "MBU" in n]
     assert note.startswith("Run 'moe-tuned': MBU not stated: the estimate is 108.5 %")
     assert "B = 0.25 sequences" in note
+
+
+@pytest.mark.parametrize(("estimate", "stated"), [(56.34, 56.3), (0.05, 0.1), (0.0437, 0.044)])
+def test_an_mbu_is_stated_to_a_tenth_of_a_per_cent_and_never_as_zero(estimate, stated):
+    runs = factories.seed_runs()
+    base = runs[0]
+    assert base.mbu is not None
+    runs[0] = base.model_copy(update={"mbu": base.mbu.model_copy(update={"mbu_pct": estimate})})
+    (config,) = [c for c in make(runs).configs if c.key == "baseline"]
+    assert config.mbu_pct == stated
