@@ -236,6 +236,12 @@ def estimate_mbu_for_probes(
     if batch <= 0:
         return None
     from_metrics = sum(1 for p in probes if p.batch_source == "metrics")
+    if from_metrics == len(probes) and all(p.engine is not None for p in probes):
+        scrapes = sum(p.engine.samples for p in probes if p.engine is not None)
+        extra.append(
+            f"B: from {scrapes} scrapes of the gauge in {window_s:g} s of windows; a window whose"
+            " requests run for less than the time between scrapes can read it far off"
+        )
     if 0 < from_metrics < len(probes):
         extra.append(
             f"B: mean over {len(probes)} probes, {from_metrics} of them from the engine's"

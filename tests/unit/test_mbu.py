@@ -13,7 +13,7 @@ from tokenwatt.mbu import (
     impossible_because,
     step_weighted_context,
 )
-from tokenwatt.schema.run import MbuEvidence, RequestTable
+from tokenwatt.schema.run import EngineTelemetry, MbuEvidence, RequestTable
 
 TINY = {
     "num_hidden_layers": 2,
@@ -158,6 +158,19 @@ def test_estimate_for_probes_uses_the_probes_running_batch():
     assert with_metrics.batch_mean == 4.0
     assert with_metrics.output_tok_s == pytest.approx(2008 / 20)
     assert with_metrics.mean_context_tokens == pytest.approx(1000 + 251 / 2)
+    assert not any("scrapes" in a for a in with_metrics.assumptions)  # no telemetry recorded
+    scraped = estimate_mbu_for_probes(
+        [
+            _probe_with_requests(i, batch=b).model_copy(
+                update={"engine": EngineTelemetry(samples=n, running_mean=b)}
+            )
+            for i, (b, n) in enumerate([(3.0, 40), (5.0, 38)])
+        ],
+        geometry=g,
+        bandwidth=bw,
+    )
+    assert scraped is not None
+    assert "B: from 78 scrapes of the gauge in 20 s of windows" in "\n".join(scraped.assumptions)
     # Little's law as the probe computed it (tokenwatt.metrics.littles_law_batch), pooled.
     by_law = estimate_mbu_for_probes(
         [
