@@ -236,8 +236,9 @@ def estimate_mbu_for_probes(
     if batch <= 0:
         return None
     from_metrics = sum(1 for p in probes if p.batch_source == "metrics")
-    if from_metrics == len(probes) and all(p.engine is not None for p in probes):
-        scrapes = sum(p.engine.samples for p in probes if p.engine is not None)
+    engines = [p.engine for p in probes if p.engine is not None]
+    if from_metrics == len(engines) == len(probes):
+        scrapes = sum(e.samples for e in engines)
         extra.append(
             f"B: from {scrapes} scrapes of the gauge in {window_s:g} s of windows; a window whose"
             " requests run for less than the time between scrapes can read it far off"
