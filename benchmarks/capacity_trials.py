@@ -115,7 +115,11 @@ def configured(
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update=sweep)})
     durations = {
         name: value
-        for name, value in (("warmup_s", args.warmup), ("window_s", args.window))
+        for name, value in (
+            ("warmup_s", args.warmup),
+            ("window_s", args.window),
+            ("search_window_s", args.search_window),
+        )
         if value is not None
     }
     if durations:
@@ -530,6 +534,9 @@ def main() -> None:
         "--ramp-warmup", type=float, help="sweep.ramp_warmup_s (both configurations), s"
     )
     ap.add_argument("--window", type=float, help="measurement.window_s instead of the spec's")
+    ap.add_argument(
+        "--search-window", type=float, help="measurement.search_window_s instead of the spec's"
+    )
     ap.add_argument(
         "--no-pairs", action="store_true", help="sweep.stream_pairs off (adaptive: no pairs)"
     )
