@@ -612,7 +612,12 @@ class MeasurementSpec(StrictInputModel):
     """Durations and limits of each probe."""
 
     warmup_s: Seconds = Field(default=45, description="Warm-up before each window, s")
-    window_s: PositiveSeconds = Field(default=120, description="Confirmation window, s")
+    window_s: PositiveSeconds = Field(
+        default=120,
+        description="Confirmation window, and each refinement window of the adaptive sweep, s"
+        " (longer windows make one run's capacity more precise per probe-second; more, shorter"
+        " ones give a comparison more stream pairs: benchmarks/README.md)",
+    )
     search_window_s: PositiveSeconds = Field(default=60, description="Search-probe window, s")
     repeats: Annotated[int, Field(ge=1, le=1000)] = Field(
         default=2, description="Confirmation windows at the found rate"
