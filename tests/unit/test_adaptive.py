@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests import factories
-from tokenwatt.adaptive import MAX_REFINE, PRECISION_MIN_DOF, AdaptiveSweep
+from tokenwatt.adaptive import MAX_REFINE, PAIR_STEP_LN, PRECISION_MIN_DOF, AdaptiveSweep
 from tokenwatt.capacity import estimate_capacity
 from tokenwatt.plan import engine_config, run_trial, trial_verdict, with_spec
 from tokenwatt.schema.run import ProbeRecord
@@ -70,7 +70,7 @@ def test_an_adaptive_sweep_brackets_refines_then_confirms_within_its_budget(pair
         assert [p.stream for p in refine] == [1000 + i // 2 for i in range(len(refine))]
         assert [p.variant for p in refine] == [i % 2 for i in range(len(refine))]
         for high, low in zip(refine[::2], refine[1::2], strict=False):
-            assert high.rate_rps / low.rate_rps > math.exp(0.05)
+            assert high.rate_rps / low.rate_rps >= math.exp(2 * PAIR_STEP_LN) * (1 - 1e-9)
         assert [p.stream for p in confirm] == [2000 + i for i in range(len(confirm))]
         assert all(p.variant == 0 for p in confirm)
     # The budget keeps room for the confirmation: refinement stops in time for it.
